@@ -1,0 +1,74 @@
+//! Per-request context: the request id, error rendering and the one log line per error.
+
+use std::any::Any;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::error::ApiError;
+
+pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The id of the current request, as returned in `X-Request-Id`.
+#[derive(Debug, Clone)]
+pub struct RequestId(pub String);
+
+/// Outermost middleware: gives every request an id, returns it in `X-Request-Id`, renders any
+/// error into the DESIGN.md body and logs it once.
+pub async fn request_context(mut request: Request, next: Next) -> Response {
+    // Ids are always made here: a client-chosen id could collide with a stored run's id.
+    let request_id = uuid::Uuid::now_v7().to_string();
+    request
+        .extensions_mut()
+        .insert(RequestId(request_id.clone()));
+    let method = request.method().clone();
+    let path = request.uri().path().to_string();
+
+    let mut response = next.run(request).await;
+
+    if let Some(error) = response.extensions_mut().remove::<ApiError>() {
+        log_error(&error, &method, &path, &request_id);
+        response = error.render(&request_id);
+    } else if (response.status().is_client_error() || response.status().is_server_error())
+        && !is_json(&response)
+    {
+        // An error made below our handlers (router 404/405, body limit, timeout).
+        let error = ApiError::from_status(response.status());
+        log_error(&error, &method, &path, &request_id);
+        response = error.render(&request_id);
+    }
+    if let Ok(value) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert(X_REQUEST_ID.clone(), value);
+    }
+    response
+}
+
+fn is_json(response: &Response) -> bool {
+    response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+}
+
+fn log_error(error: &ApiError, method: &axum::http::Method, path: &str, request_id: &str) {
+    let status = error.status().as_u16();
+    if status >= 500 {
+        tracing::error!(%request_id, %method, path, status, code = error.code(), error = %error, "request failed");
+    } else {
+        tracing::debug!(%request_id, %method, path, status, code = error.code(), error = %error, "request rejected");
+    }
+}
+
+/// Turns a handler panic into a 500 in the error shape (the panic message is logged, not sent).
+pub fn panic_response(panic: Box<dyn Any + Send + 'static>) -> Response<Body> {
+    let detail = panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".to_string());
+    ApiError::Internal(format!("handler panicked: {detail}")).into_response()
+}

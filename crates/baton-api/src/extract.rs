@@ -1,0 +1,207 @@
+//! Extractors whose rejections are [`ApiError`]s naming the offending field.
+
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::header;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// A JSON body. Syntax errors are `INVALID_JSON`; type errors, unknown and missing fields are
+/// `VALIDATION_ERROR` with `param` set to the field's path (`messages[2].role`).
+pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| {
+                let mime = v.split(';').next().unwrap_or("").trim();
+                mime == "application/json"
+                    || (mime.starts_with("application/") && mime.ends_with("+json"))
+            });
+        if !is_json {
+            return Err(ApiError::Invalid {
+                code: "INVALID_CONTENT_TYPE",
+                message: "send the body as JSON with Content-Type: application/json".into(),
+                param: None,
+            });
+        }
+        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE)
+            } else {
+                ApiError::Invalid {
+                    code: "INVALID_BODY",
+                    message: rejection.body_text(),
+                    param: None,
+                }
+            }
+        })?;
+        parse_json(&bytes).map(Json)
+    }
+}
+
+/// Deserialises `bytes`, naming the field at fault in the error.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        json_error(&path, &inner)
+    })?;
+    deserializer.end().map_err(|err| json_error(".", &err))?;
+    Ok(value)
+}
+
+fn json_error(path: &str, err: &serde_json::Error) -> ApiError {
+    use serde_json::error::Category;
+    match err.classify() {
+        Category::Syntax | Category::Eof | Category::Io => ApiError::Invalid {
+            code: "INVALID_JSON",
+            message: format!("the body is not valid JSON: {err}"),
+            param: None,
+        },
+        Category::Data => {
+            let message = strip_position(&err.to_string());
+            let param = if path == "." || path.is_empty() {
+                // A missing field is reported on its parent: take the name from the message
+                // (``missing field `name` ``). Unknown fields already end the path.
+                field_in_backticks(&message)
+            } else {
+                Some(path.to_string())
+            };
+            ApiError::Invalid {
+                code: "VALIDATION_ERROR",
+                message,
+                param,
+            }
+        }
+    }
+}
+
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_string(),
+        None => message.to_string(),
+    }
+}
+
+fn field_in_backticks(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let end = start + message[start..].find('`')?;
+    Some(message[start..end].to_string())
+}
+
+/// Query-string parameters, with the same error reporting as [`Json`].
+pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        let deserializer =
+            serde_urlencoded::Deserializer::new(form_urlencoded::parse(query.as_bytes()));
+        serde_path_to_error::deserialize(deserializer)
+            .map(Query)
+            .map_err(|err| {
+                let path = err.path().to_string();
+                let message = err.into_inner().to_string();
+                let param = if path == "." {
+                    field_in_backticks(&message)
+                } else {
+                    Some(path)
+                };
+                ApiError::Invalid {
+                    code: "VALIDATION_ERROR",
+                    message: format!("invalid query: {message}"),
+                    param,
+                }
+            })
+    }
+}
+
+/// One path parameter; axum already percent-decodes it.
+pub struct PathParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for PathParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<String>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| PathParam(value))
+            .map_err(|rejection| ApiError::Invalid {
+                code: "VALIDATION_ERROR",
+                message: rejection.body_text(),
+                param: None,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase", deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Body {
+        external_id: String,
+        items: Option<Vec<Item>>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Item {
+        n: u32,
+    }
+
+    fn param_and_code(json: &str) -> (Option<String>, &'static str) {
+        match parse_json::<Body>(json.as_bytes()).unwrap_err() {
+            ApiError::Invalid { param, code, .. } => (param, code),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert_eq!(param_and_code("{"), (None, "INVALID_JSON"));
+        assert_eq!(
+            param_and_code(r#"{"externalId": "x"} trailing"#),
+            (None, "INVALID_JSON")
+        );
+        assert_eq!(
+            param_and_code("{}"),
+            (Some("externalId".into()), "VALIDATION_ERROR")
+        );
+        assert_eq!(
+            param_and_code(r#"{"externalId": 5}"#),
+            (Some("externalId".into()), "VALIDATION_ERROR")
+        );
+        assert_eq!(
+            param_and_code(r#"{"externalId": "x", "zzz": 1}"#),
+            (Some("zzz".into()), "VALIDATION_ERROR")
+        );
+        assert_eq!(
+            param_and_code(r#"{"externalId": "x", "items": [{"n": 1}, {"n": "two"}]}"#),
+            (Some("items[1].n".into()), "VALIDATION_ERROR")
+        );
+    }
+}

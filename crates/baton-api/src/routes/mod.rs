@@ -1,0 +1,55 @@
+//! The router: one module per resource, assembled here.
+
+pub mod api_keys;
+pub mod customers;
+pub mod environments;
+pub mod health;
+pub mod openapi;
+pub mod settings;
+
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::auth::login;
+use crate::state::AppState;
+
+/// Routes reachable without credentials.
+pub(crate) fn public_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(login::login))
+        .routes(routes!(openapi::openapi_json))
+}
+
+/// Routes that need an API key or session token (the auth layer is added by the caller).
+pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(api_keys::list_api_keys, api_keys::create_api_key))
+        .routes(routes!(api_keys::get_api_key, api_keys::revoke_api_key))
+        .routes(routes!(
+            environments::list_environments,
+            environments::create_environment
+        ))
+        .routes(routes!(settings::get_settings, settings::update_settings))
+        .routes(routes!(
+            customers::list_customers,
+            customers::create_customer
+        ))
+        .routes(routes!(
+            customers::get_customer,
+            customers::update_customer,
+            customers::delete_customer
+        ))
+        .routes(routes!(customers::deactivate_customer))
+}
+
+/// The OpenAPI document of every route, generated from the handlers' annotations.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    let (_, api) = OpenApiRouter::<AppState>::with_openapi(openapi::ApiDoc::openapi())
+        .merge(public_routes())
+        .merge(protected_routes())
+        .split_for_parts();
+    api
+}

@@ -1,0 +1,63 @@
+//! The OpenAPI 3.1 document, generated from the code and served at `/api/v1/openapi.json`.
+
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::http::header;
+use axum::response::IntoResponse;
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::error::{ErrorDetail, ErrorResponse};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Baton",
+        description = "Multi-tenant LLM orchestration: one API over seven providers, versioned prompt flows, tool-calling and agent trees, routing and cost tracking.",
+    ),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    components(schemas(ErrorResponse, ErrorDetail)),
+    tags(
+        (name = "auth", description = "Login for session tokens"),
+        (name = "api-keys", description = "API keys (session tokens only)"),
+        (name = "environments", description = "Named environments"),
+        (name = "settings", description = "Tenant settings"),
+        (name = "customers", description = "End customers"),
+        (name = "health", description = "Probes"),
+    )
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(
+                Http::builder()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API key (baton_...) or a session token from /api/v1/auth/login",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The rendered document, made once at start-up.
+#[derive(Clone)]
+pub struct OpenApiJson(pub Arc<str>);
+
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "health", security(()),
+    responses((status = 200, description = "This document", content_type = "application/json")))]
+pub async fn openapi_json(Extension(doc): Extension<OpenApiJson>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        doc.0.to_string(),
+    )
+}

@@ -1,0 +1,91 @@
+//! Application state, built once at start-up and shared by every request.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_store::Store;
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::auth::login::{LoginLimiter, spawn_pruner};
+use crate::auth::{Authenticator, SessionKeys, SessionSettings};
+use crate::error::ApiError;
+
+/// What the HTTP layer needs from the operator's configuration.
+#[derive(Debug, Clone)]
+pub struct ApiConfig {
+    /// Requests with larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Whole-request deadline for non-streaming requests.
+    pub request_timeout: Duration,
+    pub session_ttl: Duration,
+    pub login_attempts_per_minute: NonZeroU32,
+    /// HS256 key for session tokens. When absent, one is generated and kept in the database so
+    /// every instance shares it.
+    pub jwt_secret: Option<SecretString>,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 10 * 1024 * 1024,
+            request_timeout: Duration::from_secs(600),
+            session_ttl: Duration::from_secs(12 * 3600),
+            login_attempts_per_minute: NonZeroU32::MIN.saturating_add(9),
+            jwt_secret: None,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub auth: Arc<Authenticator>,
+    pub login_limiter: Arc<LoginLimiter>,
+    pub config: Arc<ApiConfig>,
+}
+
+const JWT_SECRET_NAME: &str = "jwt_signing_key";
+const MIN_JWT_SECRET_LEN: usize = 32;
+
+impl AppState {
+    pub async fn build(store: Store, config: ApiConfig) -> Result<AppState, ApiError> {
+        let secret = match &config.jwt_secret {
+            Some(secret) if secret.expose_secret().len() >= MIN_JWT_SECRET_LEN => {
+                secret.expose_secret().to_string()
+            }
+            Some(_) => {
+                return Err(ApiError::Internal(format!(
+                    "auth.jwt_secret must be at least {MIN_JWT_SECRET_LEN} bytes"
+                )));
+            }
+            None => {
+                let mut bytes = [0u8; 32];
+                baton_domain::apikey::random_bytes(&mut bytes)
+                    .map_err(|e| ApiError::Internal(e.to_string()))?;
+                let candidate = hex_encode(&bytes);
+                store
+                    .get_or_init_secret(JWT_SECRET_NAME, &candidate)
+                    .await?
+            }
+        };
+        let sessions = SessionKeys::new(
+            secret.as_bytes(),
+            &SessionSettings {
+                ttl: config.session_ttl,
+            },
+        );
+        let login_limiter = LoginLimiter::per_minute(config.login_attempts_per_minute);
+        spawn_pruner(login_limiter.clone(), Duration::from_secs(60));
+        Ok(AppState {
+            auth: Arc::new(Authenticator::new(store.clone(), sessions)),
+            store,
+            login_limiter,
+            config: Arc::new(config),
+        })
+    }
+}
+
+fn hex_encode(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

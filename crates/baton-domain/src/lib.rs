@@ -1,0 +1,19 @@
+//! Baton's domain model.
+//!
+//! Types every other crate shares: tenant-scoped ids, validated inputs, settings, credits and the
+//! secrets format of API keys. Nothing here does I/O, so every rule is unit-testable.
+
+pub mod apikey;
+pub mod credits;
+pub mod customer;
+pub mod environment;
+pub mod error;
+pub mod ids;
+pub mod origin;
+pub mod settings;
+pub mod time;
+pub mod user;
+
+pub use error::{DomainError, DomainResult};
+pub use ids::{TenantId, new_id};
+pub use time::Timestamp;

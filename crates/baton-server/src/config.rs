@@ -1,0 +1,238 @@
+//! Operator configuration: optional `baton.toml`, overridden by `BATON_*` environment variables
+//! (`__` separates nesting levels: `BATON_AUTH__JWT_SECRET` sets `auth.jwt_secret`).
+
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use baton_api::ApiConfig;
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use secrecy::SecretString;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ServerError;
+
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://./baton.db";
+pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+const DEFAULT_CONFIG_FILE: &str = "baton.toml";
+
+/// Top-level keys; environment variables naming anything else are reported and ignored.
+const KNOWN_KEYS: &[&str] = &[
+    "bind",
+    "database_url",
+    "bootstrap_api_key",
+    "log_format",
+    "database",
+    "server",
+    "auth",
+];
+/// `BATON_*` variables read elsewhere (tests, the outbound guard), not configuration keys.
+const NON_CONFIG_VARS: &[&str] = &["test_database_url", "dev_allow_private_network", "log"];
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default = "default_bind")]
+    pub bind: SocketAddr,
+    /// `sqlite://PATH` (default `./baton.db`) or `postgres://...`.
+    #[serde(default = "default_database_url")]
+    pub database_url: String,
+    /// Registered as the `default` tenant's key on first start instead of a generated one.
+    #[serde(default)]
+    pub bootstrap_api_key: Option<SecretString>,
+    #[serde(default)]
+    pub log_format: LogFormat,
+    #[serde(default)]
+    pub database: DatabaseConfig,
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub auth: AuthConfig,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    pub max_connections: u32,
+    pub acquire_timeout_secs: u64,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        Self {
+            max_connections: 16,
+            acquire_timeout_secs: 10,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub max_body_bytes: usize,
+    pub request_timeout_secs: u64,
+    /// How long shutdown waits for in-flight requests.
+    pub shutdown_grace_secs: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        let api = ApiConfig::default();
+        Self {
+            max_body_bytes: api.max_body_bytes,
+            request_timeout_secs: api.request_timeout.as_secs(),
+            shutdown_grace_secs: 30,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// HS256 key for session tokens (32+ bytes). Absent: generated once and kept in the database.
+    pub jwt_secret: Option<SecretString>,
+    pub session_ttl_secs: u64,
+    pub login_attempts_per_minute: u32,
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        let api = ApiConfig::default();
+        Self {
+            jwt_secret: None,
+            session_ttl_secs: api.session_ttl.as_secs(),
+            login_attempts_per_minute: api.login_attempts_per_minute.get(),
+        }
+    }
+}
+
+fn default_bind() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 8080))
+}
+
+fn default_database_url() -> String {
+    DEFAULT_DATABASE_URL.to_string()
+}
+
+impl Config {
+    /// Reads `path` (or `./baton.toml` if present) and the environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ServerError> {
+        let mut figment = Figment::new();
+        match path {
+            Some(path) if !path.exists() => {
+                return Err(ServerError::Config(format!(
+                    "config file {} does not exist",
+                    path.display()
+                )));
+            }
+            Some(path) => figment = figment.merge(Toml::file_exact(path)),
+            None if Path::new(DEFAULT_CONFIG_FILE).exists() => {
+                figment = figment.merge(Toml::file_exact(PathBuf::from(DEFAULT_CONFIG_FILE)));
+            }
+            None => {}
+        }
+        Self::from_figment(figment.merge(env_provider()))
+    }
+
+    pub fn from_figment(figment: Figment) -> Result<Config, ServerError> {
+        figment
+            .extract()
+            .map_err(|e| ServerError::Config(e.to_string()))
+    }
+
+    /// Defaults with the given database, for tests and embedding.
+    pub fn for_database(url: &str) -> Result<Config, ServerError> {
+        Self::from_figment(Figment::new().merge(Serialized::default("database_url", url)))
+    }
+
+    pub fn api_config(&self) -> Result<ApiConfig, ServerError> {
+        let attempts = NonZeroU32::new(self.auth.login_attempts_per_minute).ok_or_else(|| {
+            ServerError::Config("auth.login_attempts_per_minute must be at least 1".into())
+        })?;
+        Ok(ApiConfig {
+            max_body_bytes: self.server.max_body_bytes,
+            request_timeout: Duration::from_secs(self.server.request_timeout_secs),
+            session_ttl: Duration::from_secs(self.auth.session_ttl_secs),
+            login_attempts_per_minute: attempts,
+            jwt_secret: self.auth.jwt_secret.clone(),
+        })
+    }
+}
+
+fn env_provider() -> Env {
+    Env::prefixed("BATON_").split("__").filter(|key| {
+        let key = key.as_str().to_ascii_lowercase();
+        let top = key.split('.').next().unwrap_or(&key);
+        if KNOWN_KEYS.contains(&top) {
+            true
+        } else {
+            if !NON_CONFIG_VARS.contains(&key.as_str()) && !key.starts_with("test_") {
+                // Logging is not set up yet when configuration loads.
+                eprintln!(
+                    "warning: ignoring BATON_{}: not a configuration key",
+                    key.to_uppercase()
+                );
+            }
+            false
+        }
+    })
+}
+
+#[cfg(test)]
+// figment's Jail returns its own (large) error type; boxing it would only obscure the tests.
+#[allow(clippy::result_large_err)]
+mod tests {
+    use super::*;
+    use figment::Jail;
+
+    #[test]
+    fn env_overrides_file_with_nesting() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "baton.toml",
+                "database_url = \"sqlite://x.db\"\n[server]\nmax_body_bytes = 1024\n",
+            )?;
+            jail.set_env("BATON_SERVER__MAX_BODY_BYTES", "2048");
+            jail.set_env("BATON_AUTH__LOGIN_ATTEMPTS_PER_MINUTE", "3");
+            jail.set_env("BATON_LOG_FORMAT", "json");
+            jail.set_env("BATON_TEST_DATABASE_URL", "ignored");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.database_url, "sqlite://x.db");
+            assert_eq!(config.server.max_body_bytes, 2048);
+            assert_eq!(config.auth.login_attempts_per_minute, 3);
+            assert_eq!(config.log_format, LogFormat::Json);
+            assert_eq!(config.bind.to_string(), DEFAULT_BIND);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn unknown_keys_in_the_file_are_errors_naming_the_key() {
+        Jail::expect_with(|jail| {
+            jail.create_file("baton.toml", "[server]\nmax_body_byte = 1\n")?;
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("max_body_byte"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn defaults() {
+        Jail::expect_with(|_| {
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
+            assert!(config.api_config().is_ok());
+            Ok(())
+        });
+    }
+}

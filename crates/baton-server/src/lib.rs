@@ -1,0 +1,135 @@
+//! The `baton` binary's library half: configuration, start-up and the admin commands, kept here
+//! so integration tests start exactly what the binary starts.
+
+pub mod admin;
+pub mod config;
+pub mod error;
+pub mod telemetry;
+
+use std::future::Future;
+use std::time::Duration;
+
+use baton_api::AppState;
+use baton_store::{Store, StoreOptions};
+use tokio::net::TcpListener;
+
+pub use config::Config;
+pub use error::ServerError;
+
+/// What start-up did on an empty database, for the operator to see once.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    pub tenant_name: String,
+    pub tenant_id: String,
+    /// `None` when the key came from `BATON_BOOTSTRAP_API_KEY` (the operator knows it).
+    pub generated_api_key: Option<String>,
+}
+
+/// A built, bound, not yet serving application.
+pub struct Application {
+    listener: TcpListener,
+    router: baton_api::Router,
+    store: Store,
+    bootstrap: Option<Bootstrap>,
+    shutdown_grace: Duration,
+}
+
+/// Opens the database and applies migrations.
+pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
+    let mut options = StoreOptions::new(config.database_url.clone());
+    options.max_connections = config.database.max_connections;
+    options.acquire_timeout = Duration::from_secs(config.database.acquire_timeout_secs);
+    let store = Store::connect(&options).await?;
+    store.migrate().await?;
+    Ok(store)
+}
+
+impl Application {
+    /// Connects, migrates, bootstraps an empty database and binds `config.bind` (port 0 picks a
+    /// free port; see [`Application::port`]).
+    pub async fn build(config: &Config) -> Result<Application, ServerError> {
+        let store = open_store(config).await?;
+        let bootstrap =
+            admin::bootstrap_if_empty(&store, config.bootstrap_api_key.as_ref()).await?;
+        let state = AppState::build(store.clone(), config.api_config()?).await?;
+        let router = baton_api::build_router(state);
+        let listener = TcpListener::bind(config.bind).await?;
+        Ok(Application {
+            listener,
+            router,
+            store,
+            bootstrap,
+            shutdown_grace: Duration::from_secs(config.server.shutdown_grace_secs),
+        })
+    }
+
+    pub fn port(&self) -> u16 {
+        self.listener.local_addr().map(|a| a.port()).unwrap_or(0)
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn bootstrap(&self) -> Option<&Bootstrap> {
+        self.bootstrap.as_ref()
+    }
+
+    /// Serves until `shutdown` resolves, then drains in-flight requests (bounded by the grace
+    /// period) and closes the database.
+    pub async fn run_until(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServerError> {
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let mut grace_rx = stop_rx.clone();
+        let serve = baton_api::serve(self.listener, self.router, async move {
+            shutdown.await;
+            let _ = stop_tx.send(true);
+        });
+        let grace = self.shutdown_grace;
+        tokio::select! {
+            result = serve => result?,
+            () = async move {
+                let _ = grace_rx.wait_for(|stopped| *stopped).await;
+                tokio::time::sleep(grace).await;
+            } => tracing::warn!("shutdown grace period over; dropping remaining connections"),
+        }
+        drop(stop_rx);
+        self.store.close().await?;
+        Ok(())
+    }
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(err) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %err, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutting down");
+}

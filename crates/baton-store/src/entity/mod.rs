@@ -1,0 +1,8 @@
+//! sea-orm entities, one module per table. Private to the store: nothing above sees them.
+
+pub mod api_keys;
+pub mod customers;
+pub mod environments;
+pub mod server_secrets;
+pub mod tenants;
+pub mod users;

@@ -1,0 +1,166 @@
+//! Baton's persistence layer: the only crate that knows sea-orm.
+//!
+//! [`Store`] wraps the connection pool. Each resource has a module of repository methods on it;
+//! every method that touches tenant data takes a [`TenantId`] argument and filters by it, so
+//! another tenant's row is indistinguishable from a missing one. The exceptions are the
+//! authentication lookups (key hash, login email), which are what establish the tenant.
+
+mod entity;
+mod error;
+mod time;
+
+pub mod api_keys;
+pub mod customers;
+pub mod environments;
+pub mod provision;
+pub mod secrets;
+pub mod tenants;
+pub mod users;
+
+use std::time::Duration;
+
+use baton_migrations::{Migrator, MigratorTrait};
+use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
+use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
+
+pub use baton_domain::TenantId;
+pub use error::{StoreError, StoreResult};
+
+/// Which database engine a URL names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    pub fn of_url(url: &str) -> Option<Backend> {
+        if url.starts_with("sqlite:") {
+            Some(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Some(Backend::Postgres)
+        } else {
+            None
+        }
+    }
+}
+
+/// Connection settings for [`Store::connect`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub url: String,
+    pub max_connections: u32,
+    pub acquire_timeout: Duration,
+    /// How long SQLite waits on a locked database before failing a statement.
+    pub sqlite_busy_timeout: Duration,
+}
+
+impl StoreOptions {
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            max_connections: 16,
+            acquire_timeout: Duration::from_secs(10),
+            sqlite_busy_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The database, shared by every request. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    db: DatabaseConnection,
+    backend: Backend,
+}
+
+impl Store {
+    /// Opens the pool. SQLite files are created if missing and run in WAL mode with a busy
+    /// timeout, so readers never block the writer and writers queue instead of failing.
+    pub async fn connect(options: &StoreOptions) -> StoreResult<Store> {
+        let backend = Backend::of_url(&options.url).ok_or_else(|| {
+            StoreError::Config(format!(
+                "unsupported database URL '{}': use sqlite://PATH or postgres://...",
+                redact_url(&options.url)
+            ))
+        })?;
+        let mut connect = ConnectOptions::new(options.url.clone());
+        connect
+            .max_connections(options.max_connections)
+            .acquire_timeout(options.acquire_timeout)
+            .sqlx_logging(false);
+        if backend == Backend::Sqlite {
+            let busy = options.sqlite_busy_timeout;
+            connect.map_sqlx_sqlite_opts(move |o| {
+                o.create_if_missing(true)
+                    .journal_mode(SqliteJournalMode::Wal)
+                    .synchronous(SqliteSynchronous::Normal)
+                    .busy_timeout(busy)
+                    .foreign_keys(true)
+            });
+        }
+        let db = Database::connect(connect).await?;
+        Ok(Store { db, backend })
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Applies every pending migration.
+    pub async fn migrate(&self) -> StoreResult<()> {
+        Migrator::up(&self.db, None).await?;
+        Ok(())
+    }
+
+    /// Round trip to the database, for readiness checks.
+    pub async fn ping(&self) -> StoreResult<()> {
+        self.db.execute_unprepared("SELECT 1").await?;
+        Ok(())
+    }
+
+    pub async fn close(self) -> StoreResult<()> {
+        self.db.close().await?;
+        Ok(())
+    }
+
+    pub(crate) fn conn(&self) -> &DatabaseConnection {
+        &self.db
+    }
+}
+
+/// Hides the password of a database URL in messages.
+pub fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme_end + 3], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            Backend::of_url("sqlite://./baton.db"),
+            Some(Backend::Sqlite)
+        );
+        assert_eq!(
+            Backend::of_url("postgres://u@h/db"),
+            Some(Backend::Postgres)
+        );
+        assert_eq!(Backend::of_url("mysql://x"), None);
+        assert_eq!(
+            redact_url("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+    }
+}

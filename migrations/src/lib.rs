@@ -1,0 +1,19 @@
+//! Baton's schema, one dated module per migration. The same migrations run on SQLite and
+//! PostgreSQL; they use only types both understand.
+//!
+//! Conventions: ids are text (UUID v7); timestamps are BIGINT epoch milliseconds, so time
+//! arithmetic and bucketing are the same SQL on both databases; every tenant-owned table has a
+//! `tenant_id` column and its unique indexes lead with it.
+
+pub use sea_orm_migration::prelude::*;
+
+mod m20261122_000001_foundation;
+
+pub struct Migrator;
+
+#[async_trait::async_trait]
+impl MigratorTrait for Migrator {
+    fn migrations() -> Vec<Box<dyn MigrationTrait>> {
+        vec![Box::new(m20261122_000001_foundation::Migration)]
+    }
+}

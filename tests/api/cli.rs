@@ -1,0 +1,211 @@
+//! The `baton` binary as an operator uses it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::helpers::{TestDatabase, send};
+
+fn baton(db: &TestDatabase) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_baton"));
+    command
+        .env("BATON_DATABASE_URL", db.url())
+        .env("BATON_LOG", "warn")
+        .env_remove("BATON_BOOTSTRAP_API_KEY");
+    command
+}
+
+fn run_ok(command: &mut Command) -> String {
+    let output = command.output().expect("run baton");
+    assert!(
+        output.status.success(),
+        "baton failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test]
+async fn serve_bootstraps_then_admin_commands_work_against_it() {
+    let db = TestDatabase::new().await;
+    let port = free_port();
+    let mut server = baton(&db)
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start baton serve");
+
+    // The first start prints the default tenant's key once.
+    let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
+    let mut key = None;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(found) = line.split_whitespace().find(|w| w.starts_with("baton_")) {
+            key = Some(found.to_string());
+            break;
+        }
+    }
+    let key = key.expect("the bootstrap key was printed");
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let mut ready = false;
+    for _ in 0..100 {
+        if client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "baton serve never became ready");
+    let envs = send(
+        client
+            .get(format!("{base}/api/v1/environments"))
+            .bearer_auth(&key),
+    )
+    .await;
+    assert_eq!(envs.status, 200, "{}", envs.text);
+
+    // tenant create --json, key create, user create, all against the running server's database.
+    let created: serde_json::Value = serde_json::from_str(&run_ok(
+        baton(&db).args(["tenant", "create", "--name", "acme", "--json"]),
+    ))
+    .unwrap();
+    assert_eq!(created["name"], "acme");
+    assert!(created["tenantId"].is_string());
+    let acme_key = created["apiKey"].as_str().unwrap().to_string();
+    let second = run_ok(baton(&db).args(["key", "create", "--tenant", "acme"]));
+    let second_key = second
+        .split_whitespace()
+        .find(|w| w.starts_with("baton_"))
+        .unwrap()
+        .to_string();
+    run_ok(baton(&db).args([
+        "user",
+        "create",
+        "--tenant",
+        "acme",
+        "--email",
+        "Ops@Acme.example",
+        "--password",
+        "long password",
+    ]));
+
+    for k in [&acme_key, &second_key] {
+        let response = send(
+            client
+                .post(format!("{base}/api/v1/environments"))
+                .bearer_auth(k)
+                .json(&json!({"name": format!("e-{}", &k[6..12])})),
+        )
+        .await;
+        assert_eq!(response.status, 201, "{}", response.text);
+    }
+    let login = send(
+        client
+            .post(format!("{base}/api/v1/auth/login"))
+            .json(&json!({"email": "ops@acme.example", "password": "long password"})),
+    )
+    .await;
+    assert_eq!(login.status, 200, "{}", login.text);
+    assert_eq!(login.json()["tokenType"], "Bearer");
+
+    // The default tenant does not see acme's environments.
+    let default_envs = send(
+        client
+            .get(format!("{base}/api/v1/environments"))
+            .bearer_auth(&key),
+    )
+    .await;
+    assert_eq!(default_envs.json(), json!([]));
+
+    // Errors are reported, not panicked.
+    let output = baton(&db)
+        .args(["key", "create", "--tenant", "nope"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("tenant 'nope' not found"));
+
+    // SIGTERM: graceful shutdown, exit status 0.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let exit = tokio::task::spawn_blocking(move || server.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(exit.success(), "baton serve exited with {exit}");
+
+    // A second start finds the tenant and prints no key.
+    let mut again = baton(&db)
+        .args(["serve", "--bind", &format!("127.0.0.1:{}", free_port())])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    Command::new("kill")
+        .args(["-TERM", &again.id().to_string()])
+        .status()
+        .unwrap();
+    let output = tokio::task::spawn_blocking(move || {
+        again.wait().unwrap();
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut again.stdout.take().unwrap(), &mut out).unwrap();
+        out
+    })
+    .await
+    .unwrap();
+    assert!(
+        !output.contains("baton_"),
+        "a key was printed again: {output}"
+    );
+}
+
+#[test]
+fn migrate_and_bad_config_exit_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("m.db").display());
+    let output = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("migrate")
+        .env("BATON_DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let output = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .args(["migrate", "--config", "/nonexistent/baton.toml"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("does not exist"));
+
+    let output = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .arg("migrate")
+        .env("BATON_DATABASE_URL", "mysql://x")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("unsupported database URL"));
+}

@@ -1,0 +1,164 @@
+//! Tenant B must never see or touch tenant A's data. The matrix walks every route of the OpenAPI
+//! document, so a route added later without a fixture here fails this test.
+
+use std::collections::HashMap;
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{openapi_doc, routes, spawn_app};
+
+#[tokio::test]
+async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
+    let app = spawn_app().await;
+    let a = app.create_tenant("tenant-a").await;
+    let b = app.create_tenant("tenant-b").await;
+    let a_session = app.session_for(&a).await;
+    let b_session = app.session_for(&b).await;
+
+    // Tenant A's data, with markers that must never appear in B's responses.
+    let marker = "a-private-marker";
+    let customer = app
+        .post(
+            "/api/v1/customers",
+            &a.api_key,
+            json!({"externalId": format!("{marker}-customer"), "name": format!("{marker} name"), "email": "a@a.example.com"}),
+        )
+        .await;
+    assert_eq!(customer.status, 201, "{}", customer.text);
+    let env = app
+        .post(
+            "/api/v1/environments",
+            &a.api_key,
+            json!({"name": format!("{marker}-env")}),
+        )
+        .await;
+    assert_eq!(env.status, 201);
+    let a_key = app
+        .post(
+            "/api/v1/api-keys",
+            &a_session,
+            json!({"name": format!("{marker}-key")}),
+        )
+        .await
+        .json();
+    let a_key_id = a_key["id"].as_str().unwrap().to_string();
+    let settings = app
+        .put("/api/v1/settings", &a.api_key, json!({"callbackOrigins": ["https://a-private-marker.example.com"], "defaultModel": format!("openai/{marker}")}))
+        .await;
+    assert_eq!(settings.status, 200, "{}", settings.text);
+
+    let before = snapshot(&app, &a.api_key, &a_session, &a_key_id, marker).await;
+
+    // Every templated path, filled with A's ids.
+    let fixtures: HashMap<&str, String> = HashMap::from([
+        (
+            "/api/v1/api-keys/{id}",
+            format!("/api/v1/api-keys/{a_key_id}"),
+        ),
+        (
+            "/api/v1/customers/{externalId}",
+            format!("/api/v1/customers/{marker}-customer"),
+        ),
+        (
+            "/api/v1/customers/{externalId}/deactivate",
+            format!("/api/v1/customers/{marker}-customer/deactivate"),
+        ),
+    ]);
+    let doc = openapi_doc(&app).await;
+    // Ids B sent in the URL may be echoed in B's own 404; everything else of A's must not appear.
+    let secrets = [
+        "a-private-marker name",
+        "a@a.example.com",
+        "a-private-marker-env",
+        "a-private-marker-key",
+        "a-private-marker.example.com",
+        "openai/a-private-marker",
+        a.id.as_str(),
+        a_key_id.as_str(),
+    ];
+    let mut checked = 0;
+    for (method, path, needs_auth) in routes(&doc) {
+        if !needs_auth {
+            continue;
+        }
+        let concrete = if path.contains('{') {
+            fixtures
+                .get(path.as_str())
+                .unwrap_or_else(|| {
+                    panic!("{method} {path} has no cross-tenant fixture: add one here")
+                })
+                .clone()
+        } else if method == Method::GET {
+            path.clone()
+        } else {
+            // Creating under B's own tenant cannot touch A; the GET of each list checks leaks.
+            continue;
+        };
+        let body = matches!(method, Method::POST | Method::PUT).then(|| json!({}));
+        let mut response = app
+            .request(method.clone(), &concrete, Some(&b.api_key), body.clone())
+            .await;
+        if response.status == 403 {
+            response = app
+                .request(method.clone(), &concrete, Some(&b_session), body)
+                .await;
+        }
+        if path.contains('{') {
+            response.error(404, "NOT_FOUND");
+        } else {
+            assert_eq!(
+                response.status, 200,
+                "{method} {concrete}: {}",
+                response.text
+            );
+        }
+        for secret in secrets.iter().filter(|s| !concrete.contains(**s)) {
+            assert!(
+                !response.text.contains(secret),
+                "{method} {concrete} leaked {secret}: {}",
+                response.text
+            );
+        }
+        checked += 1;
+    }
+    assert!(checked >= 8, "only {checked} routes checked");
+
+    // Nothing of A's changed.
+    assert_eq!(
+        snapshot(&app, &a.api_key, &a_session, &a_key_id, marker).await,
+        before
+    );
+    assert_eq!(
+        app.get("/api/v1/api-keys", &a_session)
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|k| k["revokedAt"].is_null())
+            .count(),
+        2
+    );
+    let _: Value = app.get("/api/v1/customers", &a.api_key).await.json();
+}
+
+/// Everything of A's that B's requests could have changed.
+async fn snapshot(
+    app: &crate::helpers::TestApp,
+    key: &str,
+    session: &str,
+    key_id: &str,
+    marker: &str,
+) -> Vec<String> {
+    vec![
+        app.get(&format!("/api/v1/customers/{marker}-customer"), key)
+            .await
+            .text,
+        app.get("/api/v1/environments", key).await.text,
+        app.get(&format!("/api/v1/api-keys/{key_id}"), session)
+            .await
+            .text,
+        app.get("/api/v1/settings", key).await.text,
+    ]
+}

@@ -1,0 +1,313 @@
+use std::path::PathBuf;
+
+use baton_server::config::Config;
+use baton_server::{Application, admin};
+use baton_store::Store;
+use reqwest::{Method, StatusCode};
+use secrecy::SecretString;
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+/// Known to tests so they can sign their own (expired, forged) tokens.
+pub const TEST_JWT_SECRET: &str = "test-secret-test-secret-test-secret-0123456789";
+pub const LOGIN_ATTEMPTS_PER_MINUTE: u32 = 5;
+
+/// A database of the test's own, removed when the test ends.
+pub enum TestDatabase {
+    Sqlite {
+        _dir: tempfile::TempDir,
+        path: PathBuf,
+    },
+    Postgres {
+        admin_url: String,
+        name: String,
+        url: String,
+    },
+}
+
+impl TestDatabase {
+    pub async fn new() -> TestDatabase {
+        match std::env::var("BATON_TEST_DATABASE_URL") {
+            Ok(admin_url) if admin_url.starts_with("postgres") => {
+                let name = format!("baton_t_{}", uuid::Uuid::now_v7().simple());
+                let url = baton_store::provision::create_postgres_database(&admin_url, &name)
+                    .await
+                    .expect("create test database");
+                TestDatabase::Postgres {
+                    admin_url,
+                    name,
+                    url,
+                }
+            }
+            _ => {
+                let dir = tempfile::tempdir().expect("temp dir");
+                let path = dir.path().join("baton.db");
+                TestDatabase::Sqlite { _dir: dir, path }
+            }
+        }
+    }
+
+    pub fn url(&self) -> String {
+        match self {
+            TestDatabase::Sqlite { path, .. } => format!("sqlite://{}", path.display()),
+            TestDatabase::Postgres { url, .. } => url.clone(),
+        }
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        if let TestDatabase::Postgres {
+            admin_url, name, ..
+        } = self
+        {
+            let (admin_url, name) = (admin_url.clone(), name.clone());
+            // Drop runs outside any runtime guarantee; a short-lived thread does the async work.
+            let _ = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build();
+                if let Ok(runtime) = runtime {
+                    let _ = runtime.block_on(baton_store::provision::drop_postgres_database(
+                        &admin_url, &name,
+                    ));
+                }
+            })
+            .join();
+        }
+    }
+}
+
+/// One tenant's credentials.
+#[derive(Debug, Clone)]
+pub struct TestTenant {
+    pub id: String,
+    pub name: String,
+    pub api_key: String,
+}
+
+pub struct Response {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub text: String,
+}
+
+impl Response {
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.text).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text))
+    }
+
+    /// Asserts the DESIGN.md error shape and returns the `error` object.
+    pub fn error(&self, status: u16, code: &str) -> Value {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected status; body: {}",
+            self.text
+        );
+        let body = self.json();
+        let error = &body["error"];
+        assert_eq!(error["code"], code, "unexpected code; body: {}", self.text);
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{}",
+            self.text
+        );
+        assert!(error["type"].is_string(), "{}", self.text);
+        assert!(error.get("param").is_some(), "{}", self.text);
+        let request_id = self
+            .headers
+            .get("x-request-id")
+            .expect("X-Request-Id")
+            .to_str()
+            .unwrap();
+        assert_eq!(error["requestId"], request_id);
+        error.clone()
+    }
+}
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    pub store: Store,
+    /// The `default` tenant made at start-up.
+    pub default_tenant: TestTenant,
+    shutdown: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<()>>,
+    // Dropped last: the database outlives the server.
+    _db: TestDatabase,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
+    let db = TestDatabase::new().await;
+    let mut config = Config::for_database(&db.url()).expect("config");
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    let bootstrap_key = format!("baton_test_{}", uuid::Uuid::now_v7().simple());
+    config.bootstrap_api_key = Some(SecretString::from(bootstrap_key.clone()));
+    config.auth.jwt_secret = Some(SecretString::from(TEST_JWT_SECRET));
+    config.auth.login_attempts_per_minute = LOGIN_ATTEMPTS_PER_MINUTE;
+    config.database.max_connections = 5;
+    configure(&mut config);
+
+    let app = Application::build(&config).await.expect("build app");
+    let bootstrap = app.bootstrap().cloned().expect("empty database bootstraps");
+    let address = format!("http://127.0.0.1:{}", app.port());
+    let store = app.store().clone();
+    let (tx, rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(async move {
+        app.run_until(async move {
+            let _ = rx.await;
+        })
+        .await
+        .expect("server");
+    });
+    TestApp {
+        address,
+        client: reqwest::Client::new(),
+        store,
+        default_tenant: TestTenant {
+            id: bootstrap.tenant_id,
+            name: bootstrap.tenant_name,
+            api_key: bootstrap_key,
+        },
+        shutdown: Some(tx),
+        server: Some(server),
+        _db: db,
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.address)
+    }
+
+    pub async fn create_tenant(&self, name: &str) -> TestTenant {
+        let (tenant, api_key) = admin::create_tenant(&self.store, name)
+            .await
+            .expect("create tenant");
+        TestTenant {
+            id: tenant.id.to_string(),
+            name: tenant.name,
+            api_key,
+        }
+    }
+
+    /// Creates a user in `tenant` and logs in; returns the session token.
+    pub async fn session_for(&self, tenant: &TestTenant) -> String {
+        let email = format!(
+            "user-{}@{}.example.com",
+            uuid::Uuid::now_v7().simple(),
+            tenant.name
+        );
+        admin::create_user(&self.store, &tenant.name, &email, "correct horse battery")
+            .await
+            .expect("create user");
+        let response = self
+            .request(
+                Method::POST,
+                "/api/v1/auth/login",
+                None,
+                Some(serde_json::json!({"email": email, "password": "correct horse battery"})),
+            )
+            .await;
+        assert_eq!(response.status, 200, "{}", response.text);
+        response.json()["accessToken"].as_str().unwrap().to_string()
+    }
+
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Response {
+        let mut builder = self.client.request(method, self.url(path));
+        if let Some(token) = token {
+            builder = builder.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            builder = builder.json(&body);
+        }
+        send(builder).await
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Response {
+        self.request(Method::GET, path, Some(token), None).await
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> Response {
+        self.request(Method::POST, path, Some(token), Some(body))
+            .await
+    }
+
+    pub async fn put(&self, path: &str, token: &str, body: Value) -> Response {
+        self.request(Method::PUT, path, Some(token), Some(body))
+            .await
+    }
+
+    pub async fn delete(&self, path: &str, token: &str) -> Response {
+        self.request(Method::DELETE, path, Some(token), None).await
+    }
+
+    /// Stops the server and waits until it has drained.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.expect("server task");
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+pub async fn send(builder: reqwest::RequestBuilder) -> Response {
+    let response = builder.send().await.expect("request sent");
+    let status = response.status();
+    let headers = response.headers().clone();
+    let text = response.text().await.expect("body");
+    Response {
+        status,
+        headers,
+        text,
+    }
+}
+
+/// Routes of the OpenAPI document: (method, path template, needs auth).
+pub fn routes(doc: &Value) -> Vec<(Method, String, bool)> {
+    let global_security = doc["security"].as_array().is_some_and(|s| !s.is_empty());
+    let mut routes = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().unwrap() {
+            let method = Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+            let needs_auth = match operation.get("security").and_then(Value::as_array) {
+                // `security: [{}]` marks a public route.
+                Some(list) => list
+                    .iter()
+                    .any(|req| req.as_object().is_some_and(|o| !o.is_empty())),
+                None => global_security,
+            };
+            routes.push((method, path.clone(), needs_auth));
+        }
+    }
+    routes
+}
+
+pub async fn openapi_doc(app: &TestApp) -> Value {
+    let response = app
+        .request(Method::GET, "/api/v1/openapi.json", None, None)
+        .await;
+    assert_eq!(response.status, 200);
+    response.json()
+}

@@ -1,0 +1,18 @@
+//! Integration tests: the real server on a random port, spoken to over HTTP. One binary with
+//! modules, to link once. The database is SQLite unless `BATON_TEST_DATABASE_URL` names a
+//! PostgreSQL server, in which case every test gets a database of its own.
+
+// The whole binary is test code: panicking on a broken expectation is the point.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod helpers;
+
+mod auth;
+mod cli;
+mod cross_tenant;
+mod customers;
+mod environments;
+mod health;
+mod openapi;
+mod settings;
+mod validation;
