@@ -8,6 +8,7 @@
 mod helpers;
 
 mod auth;
+mod chat;
 mod cli;
 mod cross_tenant;
 mod customers;

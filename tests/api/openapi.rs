@@ -22,6 +22,9 @@ const EXPECTED: &[(&str, &str)] = &[
     ("PUT", "/api/v1/customers/{externalId}"),
     ("DELETE", "/api/v1/customers/{externalId}"),
     ("POST", "/api/v1/customers/{externalId}/deactivate"),
+    ("GET", "/api/v1/models/descriptors"),
+    ("GET", "/api/v1/providers"),
+    ("POST", "/api/v1/chat/completions"),
 ];
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use baton_domain::DomainError;
+use baton_providers::ProviderError;
 use baton_store::StoreError;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -220,6 +221,33 @@ impl From<StoreError> for ApiError {
             },
             StoreError::Unavailable(_) => Self::Unavailable,
             other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<ProviderError> for ApiError {
+    fn from(err: ProviderError) -> Self {
+        let message = err.to_string();
+        let (status, code) = match &err {
+            ProviderError::ModelNotFound { .. } | ProviderError::UnknownProvider(_) => {
+                (StatusCode::NOT_FOUND, "MODEL_NOT_FOUND")
+            }
+            ProviderError::NotConfigured(_) => (StatusCode::BAD_REQUEST, "PROVIDER_NOT_CONFIGURED"),
+            ProviderError::Unsupported { .. } => (StatusCode::BAD_REQUEST, "UNSUPPORTED"),
+            ProviderError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "PROVIDER_TIMEOUT"),
+            // The provider refused the request itself: the client can fix it.
+            ProviderError::Status {
+                status: 400 | 413 | 422,
+                ..
+            } => (StatusCode::BAD_REQUEST, "PROVIDER_REJECTED"),
+            ProviderError::Status { .. }
+            | ProviderError::Connection { .. }
+            | ProviderError::InvalidResponse { .. } => (StatusCode::BAD_GATEWAY, "PROVIDER_ERROR"),
+        };
+        Self::Status {
+            status,
+            code,
+            message,
         }
     }
 }

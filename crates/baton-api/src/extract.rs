@@ -165,6 +165,13 @@ mod tests {
     struct Body {
         external_id: String,
         items: Option<Vec<Item>>,
+        strategy: Option<Strategy>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    enum Strategy {
+        Sequential,
+        RoundRobin,
     }
 
     #[derive(Debug, Deserialize)]
@@ -202,6 +209,10 @@ mod tests {
         assert_eq!(
             param_and_code(r#"{"externalId": "x", "items": [{"n": 1}, {"n": "two"}]}"#),
             (Some("items[1].n".into()), "VALIDATION_ERROR")
+        );
+        assert_eq!(
+            param_and_code(r#"{"externalId": "x", "strategy": "Random"}"#),
+            (Some("strategy".into()), "VALIDATION_ERROR")
         );
     }
 }

@@ -2,6 +2,7 @@
 //! The only crate that knows axum; handlers parse and authorise, the store persists.
 
 pub mod auth;
+pub mod compat;
 pub mod context;
 pub mod error;
 pub mod extract;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, StatusCode, header};
+use axum::serve::ListenerExt;
 use axum::{Extension, middleware};
 use tokio::net::TcpListener;
 use tower::ServiceBuilder;
@@ -45,25 +47,31 @@ pub fn build_router(state: AppState) -> Router {
     let doc: Arc<str> = api.to_json().unwrap_or_default().into();
 
     let config = state.config.clone();
-    router
-        .with_state(state)
-        .layer(Extension(OpenApiJson(doc)))
-        .layer(
-            ServiceBuilder::new()
-                .layer(SetSensitiveRequestHeadersLayer::new([
-                    header::AUTHORIZATION,
-                    header::COOKIE,
-                    HeaderName::from_static("x-baton-callback-token"),
-                ]))
-                .layer(middleware::from_fn(context::request_context))
-                .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-                    let request_id = request.extensions().get::<RequestId>().map(|r| r.0.as_str()).unwrap_or("");
-                    tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
-                }))
-                .layer(CatchPanicLayer::custom(context::panic_response))
-                .layer(TimeoutLayer::with_status_code(StatusCode::GATEWAY_TIMEOUT, config.request_timeout))
-                .layer(DefaultBodyLimit::max(config.max_body_bytes)),
-        )
+    with_request_layers(
+        router.with_state(state).layer(Extension(OpenApiJson(doc))),
+        &config,
+    )
+}
+
+/// The layers every request passes through, outermost first: sensitive-header marking, request
+/// context (id, error rendering, logging), tracing, panic catching, timeout, body limit.
+pub(crate) fn with_request_layers(router: Router, config: &ApiConfig) -> Router {
+    router.layer(
+        ServiceBuilder::new()
+            .layer(SetSensitiveRequestHeadersLayer::new([
+                header::AUTHORIZATION,
+                header::COOKIE,
+                HeaderName::from_static("x-baton-callback-token"),
+            ]))
+            .layer(middleware::from_fn(context::request_context))
+            .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
+                let request_id = request.extensions().get::<RequestId>().map(|r| r.0.as_str()).unwrap_or("");
+                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
+            }))
+            .layer(CatchPanicLayer::custom(context::panic_response))
+            .layer(TimeoutLayer::with_status_code(StatusCode::GATEWAY_TIMEOUT, config.request_timeout))
+            .layer(DefaultBodyLimit::max(config.max_body_bytes)),
+    )
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
@@ -72,10 +80,82 @@ pub async fn serve(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    // Responses are small and latency-bound: send them without Nagle's delay.
+    let listener = listener.tap_io(|tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "could not set TCP_NODELAY");
+        }
+    });
     axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(shutdown)
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use axum::body::Body;
+    use axum::http::Request;
+    use axum::routing::get;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    async fn call(router: Router, path: &str) -> (StatusCode, serde_json::Value, Option<String>) {
+        let response = router
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status();
+        let id = response
+            .headers()
+            .get("x-request-id")
+            .map(|v| v.to_str().unwrap().to_string());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+            .await
+            .unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap(), id)
+    }
+
+    async fn boom() -> &'static str {
+        panic!("boom with a secret")
+    }
+
+    fn app() -> Router {
+        let config = ApiConfig {
+            request_timeout: Duration::from_millis(50),
+            ..ApiConfig::default()
+        };
+        let router = Router::new().route("/panic", get(boom)).route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "late"
+            }),
+        );
+        with_request_layers(router, &config)
+    }
+
+    #[tokio::test]
+    async fn a_panicking_handler_becomes_a_500_in_the_error_shape() {
+        let (status, body, id) = call(app(), "/panic").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["error"]["code"], "INTERNAL_ERROR");
+        assert_eq!(body["error"]["requestId"].as_str(), id.as_deref());
+        assert!(
+            !body.to_string().contains("secret"),
+            "panic details leaked: {body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_over_the_deadline_is_a_504_in_the_error_shape() {
+        let (status, body, _) = call(app(), "/slow").await;
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(body["error"]["code"], "TIMEOUT");
+    }
 }

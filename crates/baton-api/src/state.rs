@@ -4,6 +4,7 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_providers::Registry;
 use baton_store::Store;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -42,6 +43,7 @@ pub struct AppState {
     pub store: Store,
     pub auth: Arc<Authenticator>,
     pub login_limiter: Arc<LoginLimiter>,
+    pub providers: Arc<Registry>,
     pub config: Arc<ApiConfig>,
 }
 
@@ -49,7 +51,11 @@ const JWT_SECRET_NAME: &str = "jwt_signing_key";
 const MIN_JWT_SECRET_LEN: usize = 32;
 
 impl AppState {
-    pub async fn build(store: Store, config: ApiConfig) -> Result<AppState, ApiError> {
+    pub async fn build(
+        store: Store,
+        providers: Arc<Registry>,
+        config: ApiConfig,
+    ) -> Result<AppState, ApiError> {
         let secret = match &config.jwt_secret {
             Some(secret) if secret.expose_secret().len() >= MIN_JWT_SECRET_LEN => {
                 secret.expose_secret().to_string()
@@ -81,6 +87,7 @@ impl AppState {
             auth: Arc::new(Authenticator::new(store.clone(), sessions)),
             store,
             login_limiter,
+            providers,
             config: Arc::new(config),
         })
     }

@@ -4,13 +4,16 @@
 //! secrets format of API keys. Nothing here does I/O, so every rule is unit-testable.
 
 pub mod apikey;
+pub mod chat;
 pub mod credits;
 pub mod customer;
 pub mod environment;
 pub mod error;
 pub mod ids;
+pub mod model;
 pub mod origin;
 pub mod settings;
+pub mod tags;
 pub mod time;
 pub mod user;
 

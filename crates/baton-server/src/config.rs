@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use baton_api::ApiConfig;
+use baton_providers::{BUILT_IN, ProvidersConfig};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use secrecy::SecretString;
@@ -50,6 +51,13 @@ pub struct Config {
     pub server: ServerConfig,
     #[serde(default)]
     pub auth: AuthConfig,
+    /// A model catalogue file replacing the one shipped with Baton.
+    #[serde(default)]
+    pub catalogue_path: Option<PathBuf>,
+    /// Per provider key: base URL, credentials, timeouts; other keys declare extra
+    /// OpenAI-compatible providers.
+    #[serde(default)]
+    pub providers: ProvidersConfig,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -153,6 +161,21 @@ impl Config {
     /// Defaults with the given database, for tests and embedding.
     pub fn for_database(url: &str) -> Result<Config, ServerError> {
         Self::from_figment(Figment::new().merge(Serialized::default("database_url", url)))
+    }
+
+    /// Provider settings with each provider's conventional variables (`OPENAI_API_KEY`, ...)
+    /// filling what the file and `BATON_PROVIDERS__*` left unset.
+    pub fn providers_with_env(&self) -> ProvidersConfig {
+        self.providers_with(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+    }
+
+    pub fn providers_with(&self, lookup: impl Fn(&str) -> Option<String>) -> ProvidersConfig {
+        let mut providers = self.providers.clone();
+        for key in BUILT_IN {
+            let config = providers.remove(*key).unwrap_or_default();
+            providers.insert(key.to_string(), config.with_conventional_env(key, &lookup));
+        }
+        providers
     }
 
     pub fn api_config(&self) -> Result<ApiConfig, ServerError> {

@@ -7,9 +7,11 @@ pub mod error;
 pub mod telemetry;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use baton_api::AppState;
+use baton_providers::{Catalogue, ProvidersConfig, Registry};
 use baton_store::{Store, StoreOptions};
 use tokio::net::TcpListener;
 
@@ -34,6 +36,26 @@ pub struct Application {
     shutdown_grace: Duration,
 }
 
+/// The catalogue (shipped or the operator's file) and every provider of the configuration.
+pub fn build_providers(
+    config: &Config,
+    providers: &ProvidersConfig,
+) -> Result<Registry, ServerError> {
+    let catalogue = match &config.catalogue_path {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ServerError::Config(format!("catalogue_path {}: {e}", path.display()))
+            })?;
+            Catalogue::from_json(&text).map_err(|e| {
+                ServerError::Config(format!("catalogue_path {}: {e}", path.display()))
+            })?
+        }
+        None => Catalogue::shipped().map_err(|e| ServerError::Config(e.to_string()))?,
+    };
+    Registry::from_config(providers, Arc::new(catalogue))
+        .map_err(|e| ServerError::Config(format!("providers: {e}")))
+}
+
 /// Opens the database and applies migrations.
 pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
     let mut options = StoreOptions::new(config.database_url.clone());
@@ -51,7 +73,8 @@ impl Application {
         let store = open_store(config).await?;
         let bootstrap =
             admin::bootstrap_if_empty(&store, config.bootstrap_api_key.as_ref()).await?;
-        let state = AppState::build(store.clone(), config.api_config()?).await?;
+        let providers = Arc::new(build_providers(config, &config.providers_with_env())?);
+        let state = AppState::build(store.clone(), providers, config.api_config()?).await?;
         let router = baton_api::build_router(state);
         let listener = TcpListener::bind(config.bind).await?;
         Ok(Application {

@@ -1,9 +1,11 @@
 //! The router: one module per resource, assembled here.
 
 pub mod api_keys;
+pub mod chat;
 pub mod customers;
 pub mod environments;
 pub mod health;
+pub mod models;
 pub mod openapi;
 pub mod settings;
 
@@ -43,6 +45,9 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
             customers::delete_customer
         ))
         .routes(routes!(customers::deactivate_customer))
+        .routes(routes!(models::list_descriptors))
+        .routes(routes!(models::list_providers))
+        .routes(routes!(chat::chat_completions))
 }
 
 /// The OpenAPI document of every route, generated from the handlers' annotations.

@@ -25,6 +25,8 @@ use crate::error::{ErrorDetail, ErrorResponse};
         (name = "environments", description = "Named environments"),
         (name = "settings", description = "Tenant settings"),
         (name = "customers", description = "End customers"),
+        (name = "models", description = "Model catalogue and providers"),
+        (name = "chat", description = "OpenAI-compatible chat completions"),
         (name = "health", description = "Probes"),
     )
 )]

@@ -1,0 +1,453 @@
+//! Canonical chat types: what every provider adapter maps to and from. Wire formats (OpenAI,
+//! Anthropic, Gemini, Bedrock) live in `baton-providers`; nothing above it sees them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{DomainError, DomainResult};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// Where an image comes from. Data URLs are split into media type and base64 payload, because
+/// Anthropic, Gemini and Bedrock take them that way.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ImageSource {
+    Url { url: String },
+    Base64 { media_type: String, data: String },
+}
+
+impl ImageSource {
+    /// Parses an `image_url.url` value: an `https://` URL or a `data:<media>;base64,<data>` URL.
+    pub fn parse(url: &str, param: &str) -> DomainResult<ImageSource> {
+        if let Some(rest) = url.strip_prefix("data:") {
+            let (meta, data) = rest.split_once(',').ok_or_else(|| {
+                DomainError::validation(param, "a data URL needs a ',' before its payload")
+            })?;
+            let media_type = meta.strip_suffix(";base64").ok_or_else(|| {
+                DomainError::validation(
+                    param,
+                    "only base64 data URLs are supported (data:<type>;base64,...)",
+                )
+            })?;
+            if !media_type.starts_with("image/") {
+                return Err(DomainError::validation(
+                    param,
+                    format!("'{media_type}' is not an image type"),
+                ));
+            }
+            if data.is_empty()
+                || !data
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+/=".contains(&b))
+            {
+                return Err(DomainError::validation(
+                    param,
+                    "the data URL payload is not base64",
+                ));
+            }
+            return Ok(ImageSource::Base64 {
+                media_type: media_type.to_string(),
+                data: data.to_string(),
+            });
+        }
+        if url.starts_with("https://") || url.starts_with("http://") {
+            return Ok(ImageSource::Url {
+                url: url.to_string(),
+            });
+        }
+        Err(DomainError::validation(
+            param,
+            "an image must be an https URL or a base64 data URL",
+        ))
+    }
+
+    /// The value for an OpenAI-style `image_url.url`.
+    pub fn to_url(&self) -> String {
+        match self {
+            ImageSource::Url { url } => url.clone(),
+            ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ContentPart {
+    Text {
+        text: String,
+    },
+    Image {
+        source: ImageSource,
+        detail: Option<String>,
+    },
+}
+
+/// A call the model asked for. `arguments` is the JSON text exactly as the model produced it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub content: Vec<ContentPart>,
+    /// Assistant turns that called tools.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool results name the call they answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Message {
+    pub fn text(role: Role, text: impl Into<String>) -> Message {
+        Message {
+            role,
+            content: vec![ContentPart::Text { text: text.into() }],
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
+        }
+    }
+
+    /// The text parts joined, for providers and logs that want plain text.
+    pub fn joined_text(&self) -> String {
+        let mut out = String::new();
+        for part in &self.content {
+            if let ContentPart::Text { text } = part {
+                out.push_str(text);
+            }
+        }
+        out
+    }
+}
+
+/// A function the model may call; `parameters` is a JSON Schema object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    pub name: String,
+    pub description: Option<String>,
+    pub parameters: Value,
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "name", rename_all = "camelCase")]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Tool(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum ResponseFormat {
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        schema: Value,
+        strict: Option<bool>,
+    },
+}
+
+/// Provider-native tools the provider runs itself (DESIGN.md "Virtual tools").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum VendorTool {
+    #[serde(rename = "web_search")]
+    WebSearch,
+    #[serde(rename = "code_interpreter")]
+    CodeInterpreter,
+    #[serde(rename = "web_search_20250305")]
+    WebSearch20250305,
+}
+
+impl VendorTool {
+    pub fn parse(name: &str, param: &str) -> DomainResult<VendorTool> {
+        match name {
+            "web_search" => Ok(VendorTool::WebSearch),
+            "code_interpreter" => Ok(VendorTool::CodeInterpreter),
+            "web_search_20250305" => Ok(VendorTool::WebSearch20250305),
+            other => Err(DomainError::validation(
+                param,
+                format!(
+                    "unknown vendor tool '{other}': use web_search, code_interpreter or web_search_20250305"
+                ),
+            )),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            VendorTool::WebSearch => "web_search",
+            VendorTool::CodeInterpreter => "code_interpreter",
+            VendorTool::WebSearch20250305 => "web_search_20250305",
+        }
+    }
+}
+
+/// One model call in canonical form. `model` is the provider's own model name (no prefix).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct InferenceRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_k: Option<u32>,
+    pub max_tokens: Option<u32>,
+    pub seed: Option<i64>,
+    pub stop: Vec<String>,
+    pub tools: Vec<ToolDefinition>,
+    pub tool_choice: Option<ToolChoice>,
+    pub response_format: Option<ResponseFormat>,
+    /// Extended-thinking budget for reasoning models.
+    pub thinking_budget: Option<u32>,
+    pub vendor_tools: Vec<VendorTool>,
+    /// Ask the provider to report usage on streams.
+    pub stream_usage: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    #[default]
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+    Error,
+}
+
+impl FinishReason {
+    /// The OpenAI spelling, used on the compatible endpoint and in events.
+    pub fn as_openai(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+            FinishReason::Error => "error",
+        }
+    }
+}
+
+/// Token counts of one model call. `tokens_in` includes cached tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    pub reasoning_tokens: u64,
+    pub cached_tokens: u64,
+    /// Provider-run searches billed per call.
+    pub web_search_calls: u64,
+}
+
+impl Usage {
+    /// Streams report usage in pieces; later pieces win where they report a value.
+    pub fn merge(&mut self, other: Usage) {
+        let take = |mine: &mut u64, theirs: u64| {
+            if theirs > 0 {
+                *mine = theirs;
+            }
+        };
+        take(&mut self.tokens_in, other.tokens_in);
+        take(&mut self.tokens_out, other.tokens_out);
+        take(&mut self.reasoning_tokens, other.reasoning_tokens);
+        take(&mut self.cached_tokens, other.cached_tokens);
+        take(&mut self.web_search_calls, other.web_search_calls);
+    }
+}
+
+/// A source the model cited (web search results, grounding).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Citation {
+    pub url: String,
+    pub title: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct InferenceResponse {
+    /// The model name the provider reports having served.
+    pub model: String,
+    pub text: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+    pub citations: Vec<Citation>,
+}
+
+/// One piece of a streamed response, in canonical form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum StreamDelta {
+    Text(String),
+    /// A tool call begins; `index` orders calls within the response.
+    ToolCallStart {
+        index: u32,
+        id: String,
+        name: String,
+    },
+    /// More of the arguments JSON of call `index`.
+    ToolCallArguments {
+        index: u32,
+        fragment: String,
+    },
+    Citation(Citation),
+    Usage(Usage),
+    Finish(FinishReason),
+}
+
+/// Folds a stream's deltas into the response they add up to.
+#[derive(Debug, Default)]
+pub struct ResponseAccumulator {
+    response: InferenceResponse,
+    finished: bool,
+}
+
+impl ResponseAccumulator {
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            response: InferenceResponse {
+                model: model.into(),
+                ..Default::default()
+            },
+            finished: false,
+        }
+    }
+
+    pub fn push(&mut self, delta: &StreamDelta) {
+        match delta {
+            StreamDelta::Text(text) => self.response.text.push_str(text),
+            StreamDelta::ToolCallStart { index, id, name } => {
+                let index = *index as usize;
+                if self.response.tool_calls.len() <= index {
+                    self.response
+                        .tool_calls
+                        .resize_with(index + 1, || ToolCall {
+                            id: String::new(),
+                            name: String::new(),
+                            arguments: String::new(),
+                        });
+                }
+                let call = &mut self.response.tool_calls[index];
+                call.id.clone_from(id);
+                call.name.clone_from(name);
+            }
+            StreamDelta::ToolCallArguments { index, fragment } => {
+                if let Some(call) = self.response.tool_calls.get_mut(*index as usize) {
+                    call.arguments.push_str(fragment);
+                }
+            }
+            StreamDelta::Citation(citation) => self.response.citations.push(citation.clone()),
+            StreamDelta::Usage(usage) => self.response.usage.merge(*usage),
+            StreamDelta::Finish(reason) => {
+                self.response.finish_reason = *reason;
+                self.finished = true;
+            }
+        }
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    pub fn finish(mut self) -> InferenceResponse {
+        // Calls announced but never filled are dropped rather than sent with empty names.
+        self.response.tool_calls.retain(|c| !c.name.is_empty());
+        self.response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_parse_data_and_https_urls() {
+        assert_eq!(
+            ImageSource::parse("data:image/png;base64,iVBORw0KGgo=", "p").unwrap(),
+            ImageSource::Base64 {
+                media_type: "image/png".into(),
+                data: "iVBORw0KGgo=".into()
+            }
+        );
+        assert_eq!(
+            ImageSource::parse("https://x.example.com/a.png", "p").unwrap(),
+            ImageSource::Url {
+                url: "https://x.example.com/a.png".into()
+            }
+        );
+        for bad in [
+            "ftp://x/a.png",
+            "data:image/png,raw",
+            "data:text/plain;base64,aGk=",
+            "data:image/png;base64,@@",
+        ] {
+            assert!(ImageSource::parse(bad, "p").is_err(), "{bad}");
+        }
+        let b64 = ImageSource::parse("data:image/jpeg;base64,AAAA", "p").unwrap();
+        assert_eq!(b64.to_url(), "data:image/jpeg;base64,AAAA");
+    }
+
+    #[test]
+    fn accumulator_assembles_text_tool_calls_and_usage() {
+        let mut acc = ResponseAccumulator::new("m");
+        for delta in [
+            StreamDelta::Text("Hel".into()),
+            StreamDelta::Text("lo".into()),
+            StreamDelta::ToolCallStart {
+                index: 0,
+                id: "c1".into(),
+                name: "lookup".into(),
+            },
+            StreamDelta::ToolCallArguments {
+                index: 0,
+                fragment: "{\"q\":".into(),
+            },
+            StreamDelta::ToolCallArguments {
+                index: 0,
+                fragment: "1}".into(),
+            },
+            StreamDelta::Usage(Usage {
+                tokens_in: 10,
+                ..Usage::default()
+            }),
+            StreamDelta::Usage(Usage {
+                tokens_out: 4,
+                ..Usage::default()
+            }),
+            StreamDelta::Finish(FinishReason::ToolCalls),
+        ] {
+            acc.push(&delta);
+        }
+        assert!(acc.is_finished());
+        let r = acc.finish();
+        assert_eq!(r.text, "Hello");
+        assert_eq!(
+            r.tool_calls,
+            vec![ToolCall {
+                id: "c1".into(),
+                name: "lookup".into(),
+                arguments: "{\"q\":1}".into()
+            }]
+        );
+        assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (10, 4));
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+    }
+}

@@ -1,0 +1,689 @@
+//! Anthropic Messages API (`POST {base}/v1/messages`). Structured output is a forced tool call;
+//! `web_search_20250305` is passed through as Anthropic's server tool.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_domain::chat::{
+    Citation, ContentPart, FinishReason, ImageSource, InferenceRequest, InferenceResponse,
+    ResponseFormat, Role, StreamDelta, ToolCall, ToolChoice, Usage, VendorTool,
+};
+use futures::StreamExt;
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::error::{ProviderError, ProviderResult};
+use crate::provider::{DeltaStream, Provider};
+use crate::{http, sse};
+
+pub const API_VERSION: &str = "2023-06-01";
+/// Anthropic requires `max_tokens`; used when neither request nor catalogue gives one.
+pub const DEFAULT_MAX_TOKENS: u32 = 4096;
+/// The forced tool that carries structured output.
+const STRUCTURED_TOOL: &str = "structured_output";
+
+pub struct AnthropicProvider {
+    key: String,
+    base_url: String,
+    api_key: SecretString,
+    client: reqwest::Client,
+    timeout: Option<Duration>,
+}
+
+impl AnthropicProvider {
+    pub fn new(
+        key: impl Into<String>,
+        base_url: impl Into<String>,
+        api_key: SecretString,
+        client: reqwest::Client,
+        timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            key: key.into(),
+            base_url: base_url.into().trim_end_matches('/').to_string(),
+            api_key,
+            client,
+            timeout,
+        }
+    }
+
+    fn request(&self, body: &MessagesRequest) -> reqwest::RequestBuilder {
+        self.client
+            .post(format!("{}/v1/messages", self.base_url))
+            .header("x-api-key", self.api_key.expose_secret())
+            .header("anthropic-version", API_VERSION)
+            .json(body)
+    }
+
+    fn wire(&self, request: &InferenceRequest, stream: bool) -> ProviderResult<MessagesRequest> {
+        if let Some(tool) = request
+            .vendor_tools
+            .iter()
+            .find(|t| **t != VendorTool::WebSearch20250305)
+        {
+            return Err(ProviderError::Unsupported {
+                provider: self.key.clone(),
+                what: format!(
+                    "the vendor tool '{}' (Anthropic runs web_search_20250305)",
+                    tool.as_str()
+                ),
+            });
+        }
+        Ok(to_wire(request, stream))
+    }
+}
+
+#[async_trait]
+impl Provider for AnthropicProvider {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
+        let body = self.wire(request, false)?;
+        let mut builder = self.request(&body);
+        if let Some(timeout) = self.timeout {
+            builder = builder.timeout(timeout);
+        }
+        let response = http::send(&self.key, &request.model, builder).await?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| http::transport_error(&self.key, e))?;
+        let wire: MessagesResponse =
+            serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse {
+                provider: self.key.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(from_wire(wire, structured(request)))
+    }
+
+    async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
+        let body = self.wire(request, true)?;
+        let response = http::send(&self.key, &request.model, self.request(&body)).await?;
+        let provider = self.key.clone();
+        let mut state = StreamState {
+            structured: structured(request),
+            ..StreamState::default()
+        };
+        let events = sse::events(&self.key, response.bytes_stream(), sse::MAX_EVENT_BYTES);
+        let deltas = events.flat_map(move |event| {
+            let out: Vec<ProviderResult<StreamDelta>> = match event {
+                Err(err) => vec![Err(err)],
+                Ok(event) if event.data.trim().is_empty() => Vec::new(),
+                Ok(event) => match serde_json::from_str::<StreamEvent>(&event.data) {
+                    Ok(StreamEvent::Error { error }) => vec![Err(ProviderError::Status {
+                        provider: provider.clone(),
+                        status: if error.kind == "overloaded_error" {
+                            529
+                        } else {
+                            500
+                        },
+                        message: error.message,
+                        retry_after: None,
+                    })],
+                    Ok(event) => state.map(event).into_iter().map(Ok).collect(),
+                    Err(err) => vec![Err(ProviderError::InvalidResponse {
+                        provider: provider.clone(),
+                        message: format!("unreadable stream event: {err}"),
+                    })],
+                },
+            };
+            futures::stream::iter(out)
+        });
+        Ok(Box::pin(deltas))
+    }
+}
+
+fn structured(request: &InferenceRequest) -> bool {
+    matches!(
+        request.response_format,
+        Some(ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject)
+    )
+}
+
+// ---- Request -------------------------------------------------------------------------------
+
+#[derive(Debug, Serialize)]
+pub(crate) struct MessagesRequest {
+    model: String,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<String>,
+    messages: Vec<WireMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stop_sequences: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Value>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct WireMessage {
+    role: &'static str,
+    content: Vec<Value>,
+}
+
+fn image_block(source: &ImageSource) -> Value {
+    match source {
+        ImageSource::Base64 { media_type, data } => {
+            json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}})
+        }
+        ImageSource::Url { url } => json!({"type": "image", "source": {"type": "url", "url": url}}),
+    }
+}
+
+pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesRequest {
+    let mut system = Vec::new();
+    let mut messages: Vec<WireMessage> = Vec::new();
+    for message in &request.messages {
+        let (role, blocks) = match message.role {
+            Role::System => {
+                system.push(message.joined_text());
+                continue;
+            }
+            Role::Tool => (
+                "user",
+                vec![json!({
+                    "type": "tool_result",
+                    "tool_use_id": message.tool_call_id.clone().unwrap_or_default(),
+                    "content": message.joined_text(),
+                })],
+            ),
+            Role::User | Role::Assistant => {
+                let mut blocks: Vec<Value> = message
+                    .content
+                    .iter()
+                    .filter_map(|part| match part {
+                        ContentPart::Text { text } if text.is_empty() => None,
+                        ContentPart::Text { text } => Some(json!({"type": "text", "text": text})),
+                        ContentPart::Image { source, .. } => Some(image_block(source)),
+                    })
+                    .collect();
+                for call in &message.tool_calls {
+                    let input: Value =
+                        serde_json::from_str(&call.arguments).unwrap_or_else(|_| json!({}));
+                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
+                }
+                (
+                    if message.role == Role::User {
+                        "user"
+                    } else {
+                        "assistant"
+                    },
+                    blocks,
+                )
+            }
+        };
+        // Anthropic wants alternating roles: consecutive tool results share one user turn.
+        match messages.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => messages.push(WireMessage {
+                role,
+                content: blocks,
+            }),
+        }
+    }
+
+    let mut tools: Vec<Value> = request
+        .tools
+        .iter()
+        .map(|t| json!({"name": t.name, "description": t.description.clone().unwrap_or_default(), "input_schema": t.parameters}))
+        .collect();
+    let mut tool_choice = request.tool_choice.as_ref().map(|choice| match choice {
+        ToolChoice::Auto => json!({"type": "auto"}),
+        ToolChoice::None => json!({"type": "none"}),
+        ToolChoice::Required => json!({"type": "any"}),
+        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+    });
+    match &request.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => {
+            tools.push(json!({"name": STRUCTURED_TOOL, "description": "Return the answer as this JSON object.", "input_schema": schema}));
+            tool_choice = Some(json!({"type": "tool", "name": STRUCTURED_TOOL}));
+        }
+        Some(ResponseFormat::JsonObject) => {
+            tools.push(json!({"name": STRUCTURED_TOOL, "description": "Return the answer as a JSON object.", "input_schema": {"type": "object"}}));
+            tool_choice = Some(json!({"type": "tool", "name": STRUCTURED_TOOL}));
+        }
+        _ => {}
+    }
+    for tool in &request.vendor_tools {
+        if *tool == VendorTool::WebSearch20250305 {
+            tools.push(json!({"type": "web_search_20250305", "name": "web_search"}));
+        }
+    }
+    let thinking = request
+        .thinking_budget
+        .map(|budget| json!({"type": "enabled", "budget_tokens": budget.max(1024)}));
+    let max_tokens = request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    MessagesRequest {
+        model: request.model.clone(),
+        // The thinking budget counts against max_tokens, which must exceed it.
+        max_tokens: match request.thinking_budget {
+            Some(budget) => max_tokens.max(budget.max(1024) + 1),
+            None => max_tokens,
+        },
+        system: (!system.is_empty()).then(|| system.join("\n\n")),
+        messages,
+        temperature: request.temperature,
+        top_p: request.top_p,
+        top_k: request.top_k,
+        stop_sequences: request.stop.clone(),
+        tools,
+        tool_choice,
+        thinking,
+        stream,
+    }
+}
+
+// ---- Response ------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct MessagesResponse {
+    #[serde(default)]
+    model: String,
+    #[serde(default)]
+    content: Vec<Block>,
+    #[serde(default)]
+    stop_reason: Option<String>,
+    #[serde(default)]
+    usage: WireUsage,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block {
+    Text {
+        text: String,
+        #[serde(default)]
+        citations: Option<Vec<WireCitation>>,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireCitation {
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    title: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    input_tokens: u64,
+    #[serde(default)]
+    output_tokens: u64,
+    #[serde(default)]
+    cache_read_input_tokens: Option<u64>,
+    #[serde(default)]
+    cache_creation_input_tokens: Option<u64>,
+    #[serde(default)]
+    server_tool_use: Option<ServerToolUse>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ServerToolUse {
+    #[serde(default)]
+    web_search_requests: u64,
+}
+
+impl WireUsage {
+    /// Anthropic's `input_tokens` excludes cache reads and writes; ours includes them.
+    fn canonical(&self) -> Usage {
+        let cached = self.cache_read_input_tokens.unwrap_or(0);
+        Usage {
+            tokens_in: self.input_tokens + cached + self.cache_creation_input_tokens.unwrap_or(0),
+            tokens_out: self.output_tokens,
+            reasoning_tokens: 0,
+            cached_tokens: cached,
+            web_search_calls: self
+                .server_tool_use
+                .as_ref()
+                .map_or(0, |s| s.web_search_requests),
+        }
+    }
+}
+
+fn finish_reason(raw: &str, structured: bool) -> FinishReason {
+    match raw {
+        "max_tokens" => FinishReason::Length,
+        "tool_use" if structured => FinishReason::Stop,
+        "tool_use" => FinishReason::ToolCalls,
+        "refusal" => FinishReason::ContentFilter,
+        _ => FinishReason::Stop,
+    }
+}
+
+pub(crate) fn from_wire(wire: MessagesResponse, structured: bool) -> InferenceResponse {
+    let mut response = InferenceResponse {
+        model: wire.model,
+        usage: wire.usage.canonical(),
+        finish_reason: wire
+            .stop_reason
+            .as_deref()
+            .map(|r| finish_reason(r, structured))
+            .unwrap_or_default(),
+        ..Default::default()
+    };
+    for block in wire.content {
+        match block {
+            Block::Text { text, citations } => {
+                response.text.push_str(&text);
+                for c in citations.unwrap_or_default() {
+                    if let Some(url) = c.url
+                        && !response.citations.iter().any(|x| x.url == url)
+                    {
+                        response.citations.push(Citation {
+                            url,
+                            title: c.title,
+                        });
+                    }
+                }
+            }
+            // Structured output arrives as the forced tool's input: it is the answer's text.
+            Block::ToolUse { name, input, .. } if structured && name == STRUCTURED_TOOL => {
+                response.text = input.to_string();
+            }
+            Block::ToolUse { id, name, input } => {
+                response.tool_calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments: input.to_string(),
+                });
+            }
+            Block::Other => {}
+        }
+    }
+    response
+}
+
+// ---- Stream --------------------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StreamEvent {
+    MessageStart {
+        message: StartMessage,
+    },
+    ContentBlockStart {
+        index: u32,
+        content_block: StartBlock,
+    },
+    ContentBlockDelta {
+        index: u32,
+        delta: BlockDelta,
+    },
+    MessageDelta {
+        delta: MessageDeltaBody,
+        #[serde(default)]
+        usage: Option<WireUsage>,
+    },
+    Error {
+        error: WireError,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+struct StartMessage {
+    #[serde(default)]
+    usage: WireUsage,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum StartBlock {
+    ToolUse {
+        id: String,
+        name: String,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockDelta {
+    TextDelta {
+        text: String,
+    },
+    InputJsonDelta {
+        partial_json: String,
+    },
+    CitationsDelta {
+        citation: WireCitation,
+    },
+    #[serde(other)]
+    Other,
+}
+
+#[derive(Debug, Deserialize)]
+struct MessageDeltaBody {
+    #[serde(default)]
+    stop_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct WireError {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    message: String,
+}
+
+#[derive(Debug, Default)]
+struct StreamState {
+    structured: bool,
+    /// Content-block index to tool-call ordinal; `None` for the structured-output tool.
+    tool_blocks: HashMap<u32, Option<u32>>,
+    next_tool: u32,
+    usage: Usage,
+}
+
+impl StreamState {
+    fn map(&mut self, event: StreamEvent) -> Vec<StreamDelta> {
+        match event {
+            StreamEvent::MessageStart { message } => {
+                self.usage = message.usage.canonical();
+                vec![StreamDelta::Usage(self.usage)]
+            }
+            StreamEvent::ContentBlockStart {
+                index,
+                content_block: StartBlock::ToolUse { id, name },
+            } => {
+                if self.structured && name == STRUCTURED_TOOL {
+                    self.tool_blocks.insert(index, None);
+                    return Vec::new();
+                }
+                let ordinal = self.next_tool;
+                self.next_tool += 1;
+                self.tool_blocks.insert(index, Some(ordinal));
+                vec![StreamDelta::ToolCallStart {
+                    index: ordinal,
+                    id,
+                    name,
+                }]
+            }
+            StreamEvent::ContentBlockDelta { index, delta } => match delta {
+                BlockDelta::TextDelta { text } => vec![StreamDelta::Text(text)],
+                BlockDelta::InputJsonDelta { partial_json } => match self.tool_blocks.get(&index) {
+                    Some(Some(ordinal)) => vec![StreamDelta::ToolCallArguments {
+                        index: *ordinal,
+                        fragment: partial_json,
+                    }],
+                    // The structured-output tool's input is the answer text.
+                    Some(None) => vec![StreamDelta::Text(partial_json)],
+                    None => Vec::new(),
+                },
+                BlockDelta::CitationsDelta { citation } => citation
+                    .url
+                    .map(|url| {
+                        vec![StreamDelta::Citation(Citation {
+                            url,
+                            title: citation.title,
+                        })]
+                    })
+                    .unwrap_or_default(),
+                BlockDelta::Other => Vec::new(),
+            },
+            StreamEvent::MessageDelta { delta, usage } => {
+                let mut out = Vec::new();
+                if let Some(usage) = usage {
+                    let mut update = usage.canonical();
+                    // message_delta carries output tokens (and server tool use); input came first.
+                    update.tokens_in = self.usage.tokens_in.max(update.tokens_in);
+                    update.cached_tokens = self.usage.cached_tokens.max(update.cached_tokens);
+                    self.usage = update;
+                    out.push(StreamDelta::Usage(update));
+                }
+                if let Some(reason) = delta.stop_reason {
+                    out.push(StreamDelta::Finish(finish_reason(&reason, self.structured)));
+                }
+                out
+            }
+            StreamEvent::ContentBlockStart { .. }
+            | StreamEvent::Error { .. }
+            | StreamEvent::Other => Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_domain::chat::{Message, ResponseAccumulator, ToolDefinition};
+
+    use super::*;
+
+    #[test]
+    fn maps_system_tools_results_and_structured_output() {
+        let request = InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![
+                Message::text(Role::System, "sys"),
+                Message::text(Role::User, "hi"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![],
+                    tool_calls: vec![ToolCall {
+                        id: "t1".into(),
+                        name: "f".into(),
+                        arguments: "{\"a\":1}".into(),
+                    }],
+                    tool_call_id: None,
+                    name: None,
+                },
+                Message {
+                    tool_call_id: Some("t1".into()),
+                    ..Message::text(Role::Tool, "42")
+                },
+            ],
+            tools: vec![ToolDefinition {
+                name: "f".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+                strict: None,
+            }],
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "r".into(),
+                schema: json!({"type": "object"}),
+                strict: None,
+            }),
+            top_k: Some(5),
+            vendor_tools: vec![VendorTool::WebSearch20250305],
+            ..Default::default()
+        };
+        let wire = serde_json::to_value(to_wire(&request, false)).unwrap();
+        assert_eq!(wire["system"], "sys");
+        assert_eq!(wire["max_tokens"], DEFAULT_MAX_TOKENS);
+        assert_eq!(wire["top_k"], 5);
+        assert_eq!(wire["messages"][1]["content"][0]["type"], "tool_use");
+        assert_eq!(wire["messages"][1]["content"][0]["input"], json!({"a": 1}));
+        assert_eq!(wire["messages"][2]["content"][0]["type"], "tool_result");
+        assert_eq!(
+            wire["tool_choice"],
+            json!({"type": "tool", "name": STRUCTURED_TOOL})
+        );
+        assert_eq!(wire["tools"][2]["type"], "web_search_20250305");
+    }
+
+    #[test]
+    fn reads_structured_output_usage_and_search_calls() {
+        let wire: MessagesResponse = serde_json::from_value(json!({
+            "model": "claude-sonnet-4-5-20250929", "stop_reason": "tool_use",
+            "content": [{"type": "tool_use", "id": "x", "name": STRUCTURED_TOOL, "input": {"answer": 42}}],
+            "usage": {"input_tokens": 10, "output_tokens": 3, "cache_read_input_tokens": 5,
+                      "server_tool_use": {"web_search_requests": 2}}
+        }))
+        .unwrap();
+        let r = from_wire(wire, true);
+        assert_eq!(r.text, "{\"answer\":42}");
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+        assert_eq!(
+            r.usage,
+            Usage {
+                tokens_in: 15,
+                tokens_out: 3,
+                reasoning_tokens: 0,
+                cached_tokens: 5,
+                web_search_calls: 2
+            }
+        );
+    }
+
+    #[test]
+    fn stream_events_assemble() {
+        let events = [
+            json!({"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo"}}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"a\":"}}),
+            json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "1}"}}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 12}}),
+            json!({"type": "message_stop"}),
+            json!({"type": "ping"}),
+        ];
+        let mut state = StreamState::default();
+        let mut acc = ResponseAccumulator::new("m");
+        for event in events {
+            for delta in state.map(serde_json::from_value(event).unwrap()) {
+                acc.push(&delta);
+            }
+        }
+        let r = acc.finish();
+        assert_eq!(r.text, "Hello");
+        assert_eq!(
+            r.tool_calls,
+            vec![ToolCall {
+                id: "t".into(),
+                name: "f".into(),
+                arguments: "{\"a\":1}".into()
+            }]
+        );
+        assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (9, 12));
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+    }
+}

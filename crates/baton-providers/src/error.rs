@@ -1,0 +1,72 @@
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Why a model call failed. Messages keep what the provider said but never a credential.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum ProviderError {
+    /// The provider answered with an error status.
+    #[error("{provider} answered {status}: {message}")]
+    Status {
+        provider: String,
+        status: u16,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    #[error("{provider} did not answer in time ({stage})")]
+    Timeout {
+        provider: String,
+        stage: &'static str,
+    },
+    #[error("could not reach {provider}: {message}")]
+    Connection { provider: String, message: String },
+    #[error("{provider} sent a response that cannot be read: {message}")]
+    InvalidResponse { provider: String, message: String },
+    #[error("{provider} does not know model '{model}': {message}")]
+    ModelNotFound {
+        provider: String,
+        model: String,
+        message: String,
+    },
+    #[error("provider '{0}' is not configured: set its API key (see the README)")]
+    NotConfigured(String),
+    #[error("unknown provider '{0}'")]
+    UnknownProvider(String),
+    /// The request asks for something this provider cannot do (e.g. a vendor tool it lacks).
+    #[error("{provider} does not support {what}")]
+    Unsupported { provider: String, what: String },
+}
+
+impl ProviderError {
+    /// Retryable failures move on to the next model of a chain (DESIGN.md "Model resolution").
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::Status { status, .. } => {
+                *status == 429 || *status == 408 || *status >= 500
+            }
+            ProviderError::Timeout { .. } | ProviderError::Connection { .. } => true,
+            ProviderError::InvalidResponse { .. }
+            | ProviderError::ModelNotFound { .. }
+            | ProviderError::NotConfigured(_)
+            | ProviderError::UnknownProvider(_)
+            | ProviderError::Unsupported { .. } => false,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    /// The upstream HTTP status, when there was one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ProviderError::Status { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+pub type ProviderResult<T> = Result<T, ProviderError>;

@@ -1,0 +1,177 @@
+//! What every adapter does over HTTP: one tuned client per provider, sending, and turning
+//! failures into [`ProviderError`]s that keep the provider's message and no credential.
+
+use std::time::Duration;
+
+use reqwest::{RequestBuilder, Response, StatusCode};
+use serde_json::Value;
+
+use crate::error::{ProviderError, ProviderResult};
+
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Error bodies beyond this are cut: they are read only for their message.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+
+/// The HTTP client a provider owns: pooled keep-alive connections, no Nagle delay, no total
+/// timeout (streams may run long; non-streaming calls set one per request).
+pub fn client(connect_timeout: Option<Duration>) -> ProviderResult<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(256)
+        .build()
+        .map_err(|e| ProviderError::Connection {
+            provider: "http client".into(),
+            message: e.to_string(),
+        })
+}
+
+/// Sends a request and returns the response if its status is a success.
+pub async fn send(
+    provider: &str,
+    model: &str,
+    request: RequestBuilder,
+) -> ProviderResult<Response> {
+    let response = request
+        .send()
+        .await
+        .map_err(|e| transport_error(provider, e))?;
+    if response.status().is_success() {
+        Ok(response)
+    } else {
+        Err(status_error(provider, model, response).await)
+    }
+}
+
+/// Classifies a transport failure. The URL is dropped from the message: some providers carry
+/// deployment names or keys in it.
+pub fn transport_error(provider: &str, err: reqwest::Error) -> ProviderError {
+    let err = err.without_url();
+    if err.is_timeout() {
+        ProviderError::Timeout {
+            provider: provider.to_string(),
+            stage: "response",
+        }
+    } else if err.is_decode() || err.is_body() && !err.is_connect() {
+        ProviderError::Connection {
+            provider: provider.to_string(),
+            message: format!("the response broke off: {err}"),
+        }
+    } else {
+        ProviderError::Connection {
+            provider: provider.to_string(),
+            message: err.to_string(),
+        }
+    }
+}
+
+async fn status_error(provider: &str, model: &str, response: Response) -> ProviderError {
+    let status = response.status();
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
+    let body = read_capped(response, MAX_ERROR_BODY).await;
+    let message = error_message(&body).unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(&body).trim().to_string();
+        if text.is_empty() {
+            status.canonical_reason().unwrap_or("error").to_string()
+        } else {
+            text
+        }
+    });
+    if status == StatusCode::NOT_FOUND {
+        return ProviderError::ModelNotFound {
+            provider: provider.to_string(),
+            model: model.to_string(),
+            message,
+        };
+    }
+    ProviderError::Status {
+        provider: provider.to_string(),
+        status: status.as_u16(),
+        message,
+        retry_after,
+    }
+}
+
+async fn read_capped(mut response: Response, cap: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        let room = cap.saturating_sub(body.len());
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() >= cap {
+            break;
+        }
+    }
+    body
+}
+
+/// Finds the human message in the error bodies of the four wire formats.
+fn error_message(body: &[u8]) -> Option<String> {
+    let value: Value = serde_json::from_slice(body).ok()?;
+    let value = match &value {
+        Value::Array(items) => items.first()?.clone(), // Gemini streams wrap errors in arrays
+        _ => value,
+    };
+    let candidates = [
+        value.pointer("/error/message"),
+        value.pointer("/message"),
+        value.pointer("/Message"),
+        value.pointer("/error"),
+        value.pointer("/detail"),
+    ];
+    candidates
+        .into_iter()
+        .flatten()
+        .find_map(|v| v.as_str().map(str::to_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_messages_of_every_format() {
+        for body in [
+            r#"{"error": {"message": "m", "type": "invalid_request_error"}}"#,
+            r#"{"type": "error", "error": {"type": "overloaded_error", "message": "m"}}"#,
+            r#"[{"error": {"code": 429, "message": "m", "status": "RESOURCE_EXHAUSTED"}}]"#,
+            r#"{"message": "m"}"#,
+            r#"{"Message": "m"}"#,
+            r#"{"error": "m"}"#,
+        ] {
+            assert_eq!(
+                error_message(body.as_bytes()).as_deref(),
+                Some("m"),
+                "{body}"
+            );
+        }
+        assert_eq!(error_message(b"<html>"), None);
+    }
+
+    #[test]
+    fn retryability() {
+        let status = |s| ProviderError::Status {
+            provider: "p".into(),
+            status: s,
+            message: String::new(),
+            retry_after: None,
+        };
+        assert!(status(429).is_retryable());
+        assert!(status(503).is_retryable());
+        assert!(!status(400).is_retryable());
+        assert!(!status(401).is_retryable());
+        assert!(
+            ProviderError::Timeout {
+                provider: "p".into(),
+                stage: "connect"
+            }
+            .is_retryable()
+        );
+    }
+}

@@ -1,0 +1,765 @@
+//! OpenAI Chat Completions: `openai`, `azure` (deployment URL, `api-version`, `api-key` header),
+//! `mistral`, `deepseek`, and operator-declared compatible servers. Wire types sit next to the
+//! mapping; nothing outside this module sees them.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_domain::chat::{
+    Citation, ContentPart, FinishReason, InferenceRequest, InferenceResponse, Message,
+    ResponseFormat, Role, StreamDelta, ToolCall, ToolChoice, Usage,
+};
+use futures::StreamExt;
+use secrecy::{ExposeSecret, SecretString};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{ProviderError, ProviderResult};
+use crate::provider::{DeltaStream, Provider};
+use crate::{http, sse};
+
+/// How this server differs from OpenAI's own API.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Flavor {
+    OpenAi,
+    Azure { api_version: String },
+    Mistral,
+    DeepSeek,
+    Compatible,
+}
+
+pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
+
+pub struct OpenAiProvider {
+    key: String,
+    flavor: Flavor,
+    base_url: String,
+    api_key: Option<SecretString>,
+    client: reqwest::Client,
+    timeout: Option<Duration>,
+}
+
+impl OpenAiProvider {
+    pub fn new(
+        key: impl Into<String>,
+        flavor: Flavor,
+        base_url: impl Into<String>,
+        api_key: Option<SecretString>,
+        client: reqwest::Client,
+        timeout: Option<Duration>,
+    ) -> Self {
+        let base_url = base_url.into().trim_end_matches('/').to_string();
+        Self {
+            key: key.into(),
+            flavor,
+            base_url,
+            api_key,
+            client,
+            timeout,
+        }
+    }
+
+    fn endpoint(&self, model: &str) -> String {
+        match &self.flavor {
+            Flavor::Azure { api_version } => format!(
+                "{}/openai/deployments/{}/chat/completions?api-version={api_version}",
+                self.base_url,
+                url::form_urlencoded::byte_serialize(model.as_bytes()).collect::<String>()
+            ),
+            _ => format!("{}/chat/completions", self.base_url),
+        }
+    }
+
+    fn request(&self, model: &str, body: &ChatRequest<'_>) -> reqwest::RequestBuilder {
+        let mut builder = self.client.post(self.endpoint(model)).json(body);
+        if let Some(key) = &self.api_key {
+            builder = match self.flavor {
+                Flavor::Azure { .. } => builder.header("api-key", key.expose_secret()),
+                _ => builder.bearer_auth(key.expose_secret()),
+            };
+        }
+        builder
+    }
+
+    fn check(&self, request: &InferenceRequest) -> ProviderResult<()> {
+        if let Some(tool) = request.vendor_tools.first() {
+            return Err(ProviderError::Unsupported {
+                provider: self.key.clone(),
+                what: format!(
+                    "the vendor tool '{}' on the Chat Completions API",
+                    tool.as_str()
+                ),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Provider for OpenAiProvider {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
+        self.check(request)?;
+        let body = to_wire(request, &self.flavor, false);
+        let mut builder = self.request(&request.model, &body);
+        if let Some(timeout) = self.timeout {
+            builder = builder.timeout(timeout);
+        }
+        let response = http::send(&self.key, &request.model, builder).await?;
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| http::transport_error(&self.key, e))?;
+        let wire: ChatResponse =
+            serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse {
+                provider: self.key.clone(),
+                message: e.to_string(),
+            })?;
+        Ok(from_wire(wire, &request.model))
+    }
+
+    async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
+        self.check(request)?;
+        let body = to_wire(request, &self.flavor, true);
+        let response = http::send(
+            &self.key,
+            &request.model,
+            self.request(&request.model, &body),
+        )
+        .await?;
+        let provider = self.key.clone();
+        let mut state = StreamState::default();
+        let events = sse::events(&self.key, response.bytes_stream(), sse::MAX_EVENT_BYTES);
+        let deltas = events.flat_map(move |event| {
+            let out: Vec<ProviderResult<StreamDelta>> = match event {
+                Err(err) => vec![Err(err)],
+                Ok(event) if event.data.trim() == "[DONE]" => Vec::new(),
+                Ok(event) if event.data.trim().is_empty() => Vec::new(),
+                Ok(event) => match serde_json::from_str::<ChatChunk>(&event.data) {
+                    Ok(chunk) => state.map(chunk).into_iter().map(Ok).collect(),
+                    Err(err) => match serde_json::from_str::<Value>(&event.data) {
+                        // Compatible servers report mid-stream failures as an error object.
+                        Ok(value) if value.get("error").is_some() => {
+                            vec![Err(ProviderError::Status {
+                                provider: provider.clone(),
+                                status: 502,
+                                message: value["error"]["message"]
+                                    .as_str()
+                                    .unwrap_or("stream error")
+                                    .to_string(),
+                                retry_after: None,
+                            })]
+                        }
+                        _ => vec![Err(ProviderError::InvalidResponse {
+                            provider: provider.clone(),
+                            message: format!("unreadable stream chunk: {err}"),
+                        })],
+                    },
+                },
+            };
+            futures::stream::iter(out)
+        });
+        Ok(Box::pin(deltas))
+    }
+}
+
+// ---- Wire types: request -------------------------------------------------------------------
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<i64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    stop: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Debug, Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct WireMessage {
+    role: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    tool_calls: Vec<WireToolCall>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct WireToolCall {
+    id: String,
+    #[serde(rename = "type")]
+    kind: String,
+    function: WireFunctionCall,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct WireFunctionCall {
+    name: String,
+    arguments: String,
+}
+
+#[derive(Debug, Serialize)]
+struct WireTool {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction,
+}
+
+#[derive(Debug, Serialize)]
+struct WireFunction {
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<String>,
+    parameters: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+}
+
+fn role_name(role: Role) -> &'static str {
+    match role {
+        Role::System => "system",
+        Role::User => "user",
+        Role::Assistant => "assistant",
+        Role::Tool => "tool",
+    }
+}
+
+fn content_value(message: &Message) -> Option<Value> {
+    let only_text = message
+        .content
+        .iter()
+        .all(|p| matches!(p, ContentPart::Text { .. }));
+    if message.content.is_empty() {
+        return None;
+    }
+    if only_text {
+        return Some(Value::String(message.joined_text()));
+    }
+    let parts = message
+        .content
+        .iter()
+        .map(|part| match part {
+            ContentPart::Text { text } => serde_json::json!({"type": "text", "text": text}),
+            ContentPart::Image { source, detail } => {
+                let mut image = serde_json::json!({"url": source.to_url()});
+                if let Some(detail) = detail {
+                    image["detail"] = Value::String(detail.clone());
+                }
+                serde_json::json!({"type": "image_url", "image_url": image})
+            }
+        })
+        .collect();
+    Some(Value::Array(parts))
+}
+
+pub(crate) fn to_wire<'a>(
+    request: &'a InferenceRequest,
+    flavor: &Flavor,
+    stream: bool,
+) -> ChatRequest<'a> {
+    let messages = request
+        .messages
+        .iter()
+        .map(|m| WireMessage {
+            role: role_name(m.role),
+            content: content_value(m)
+                .or_else(|| (m.role != Role::Assistant).then(|| Value::String(String::new()))),
+            tool_calls: m
+                .tool_calls
+                .iter()
+                .map(|c| WireToolCall {
+                    id: c.id.clone(),
+                    kind: "function".into(),
+                    function: WireFunctionCall {
+                        name: c.name.clone(),
+                        arguments: c.arguments.clone(),
+                    },
+                })
+                .collect(),
+            tool_call_id: m.tool_call_id.clone(),
+            name: m.name.clone(),
+        })
+        .collect();
+    let tools = request
+        .tools
+        .iter()
+        .map(|t| WireTool {
+            kind: "function",
+            function: WireFunction {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                parameters: t.parameters.clone(),
+                strict: t.strict,
+            },
+        })
+        .collect();
+    let tool_choice = request.tool_choice.as_ref().map(|choice| match choice {
+        ToolChoice::Auto => Value::from("auto"),
+        ToolChoice::None => Value::from("none"),
+        // Mistral spells "required" as "any".
+        ToolChoice::Required if *flavor == Flavor::Mistral => Value::from("any"),
+        ToolChoice::Required => Value::from("required"),
+        ToolChoice::Tool(name) => {
+            serde_json::json!({"type": "function", "function": {"name": name}})
+        }
+    });
+    let response_format = request.response_format.as_ref().map(|format| match format {
+        ResponseFormat::Text => serde_json::json!({"type": "text"}),
+        ResponseFormat::JsonObject => serde_json::json!({"type": "json_object"}),
+        ResponseFormat::JsonSchema {
+            name,
+            schema,
+            strict,
+        } => serde_json::json!({
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": schema, "strict": strict.unwrap_or(false)}
+        }),
+    });
+    // OpenAI's reasoning models refuse `max_tokens`; the others know only `max_tokens`.
+    let modern = matches!(flavor, Flavor::OpenAi | Flavor::Azure { .. });
+    let reasoning_effort = request
+        .thinking_budget
+        .filter(|_| modern)
+        .map(|budget| match budget {
+            0..=2048 => "low",
+            2049..=8192 => "medium",
+            _ => "high",
+        });
+    ChatRequest {
+        model: &request.model,
+        messages,
+        temperature: request.temperature,
+        top_p: request.top_p,
+        max_tokens: request.max_tokens.filter(|_| !modern),
+        max_completion_tokens: request.max_tokens.filter(|_| modern),
+        seed: request.seed,
+        stop: request.stop.clone(),
+        tools,
+        tool_choice,
+        response_format,
+        reasoning_effort,
+        stream,
+        // Mistral always reports usage on the last chunk and rejects the option.
+        stream_options: (stream && *flavor != Flavor::Mistral).then_some(StreamOptions {
+            include_usage: true,
+        }),
+    }
+}
+
+// ---- Wire types: response ------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChatResponse {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Choice {
+    message: ResponseMessage,
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ResponseMessage {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Vec<WireToolCall>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    annotations: Vec<Annotation>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Annotation {
+    #[serde(default)]
+    url_citation: Option<UrlCitation>,
+}
+
+#[derive(Debug, Deserialize)]
+struct UrlCitation {
+    url: String,
+    #[serde(default)]
+    title: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens_details: Option<PromptDetails>,
+    #[serde(default)]
+    completion_tokens_details: Option<CompletionDetails>,
+    /// DeepSeek reports cache hits here.
+    #[serde(default)]
+    prompt_cache_hit_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct PromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct CompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
+}
+
+impl WireUsage {
+    fn canonical(&self) -> Usage {
+        Usage {
+            tokens_in: self.prompt_tokens,
+            tokens_out: self.completion_tokens,
+            reasoning_tokens: self
+                .completion_tokens_details
+                .as_ref()
+                .and_then(|d| d.reasoning_tokens)
+                .unwrap_or(0),
+            cached_tokens: self
+                .prompt_tokens_details
+                .as_ref()
+                .and_then(|d| d.cached_tokens)
+                .or(self.prompt_cache_hit_tokens)
+                .unwrap_or(0),
+            web_search_calls: 0,
+        }
+    }
+}
+
+pub(crate) fn finish_reason(raw: &str) -> FinishReason {
+    match raw {
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        "error" => FinishReason::Error,
+        _ => FinishReason::Stop,
+    }
+}
+
+fn text_of(content: &Option<Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        // Some compatible servers (Mistral) answer with content parts.
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceResponse {
+    let usage = wire
+        .usage
+        .as_ref()
+        .map(WireUsage::canonical)
+        .unwrap_or_default();
+    let model = wire.model.unwrap_or_else(|| requested_model.to_string());
+    let Some(choice) = wire.choices.into_iter().next() else {
+        return InferenceResponse {
+            model,
+            usage,
+            finish_reason: FinishReason::Error,
+            ..Default::default()
+        };
+    };
+    let mut text = text_of(&choice.message.content);
+    if text.is_empty()
+        && let Some(refusal) = choice.message.refusal
+    {
+        text = refusal;
+    }
+    let citations = choice
+        .message
+        .annotations
+        .into_iter()
+        .filter_map(|a| a.url_citation)
+        .map(|c| Citation {
+            url: c.url,
+            title: c.title,
+        })
+        .collect();
+    InferenceResponse {
+        model,
+        text,
+        tool_calls: choice
+            .message
+            .tool_calls
+            .into_iter()
+            .map(|c| ToolCall {
+                id: c.id,
+                name: c.function.name,
+                arguments: c.function.arguments,
+            })
+            .collect(),
+        finish_reason: choice
+            .finish_reason
+            .as_deref()
+            .map(finish_reason)
+            .unwrap_or_default(),
+        usage,
+        citations,
+    }
+}
+
+// ---- Wire types: stream --------------------------------------------------------------------
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct ChatChunk {
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    delta: ChunkDelta,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct ChunkDelta {
+    #[serde(default)]
+    content: Option<Value>,
+    #[serde(default)]
+    tool_calls: Vec<ChunkToolCall>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChunkToolCall {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<ChunkFunction>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChunkFunction {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+/// Per-stream state: which tool-call indices have been announced.
+#[derive(Debug, Default)]
+pub(crate) struct StreamState {
+    announced: Vec<u32>,
+}
+
+impl StreamState {
+    pub(crate) fn map(&mut self, chunk: ChatChunk) -> Vec<StreamDelta> {
+        let mut out = Vec::new();
+        for choice in chunk.choices.into_iter().take(1) {
+            let text = text_of(&choice.delta.content);
+            if !text.is_empty() {
+                out.push(StreamDelta::Text(text));
+            }
+            for (position, call) in choice.delta.tool_calls.into_iter().enumerate() {
+                let index = call.index.unwrap_or(position as u32);
+                let (name, arguments) = match call.function {
+                    Some(f) => (f.name, f.arguments),
+                    None => (None, None),
+                };
+                if !self.announced.contains(&index)
+                    && let Some(name) = name
+                {
+                    self.announced.push(index);
+                    out.push(StreamDelta::ToolCallStart {
+                        index,
+                        id: call.id.unwrap_or_else(|| format!("call_{index}")),
+                        name,
+                    });
+                }
+                if let Some(fragment) = arguments.filter(|a| !a.is_empty()) {
+                    out.push(StreamDelta::ToolCallArguments { index, fragment });
+                }
+            }
+            if let Some(reason) = choice.finish_reason {
+                out.push(StreamDelta::Finish(finish_reason(&reason)));
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            out.push(StreamDelta::Usage(usage.canonical()));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_domain::chat::{ImageSource, ResponseAccumulator, ToolDefinition};
+    use serde_json::json;
+
+    use super::*;
+
+    fn request() -> InferenceRequest {
+        InferenceRequest {
+            model: "gpt-4o-mini".into(),
+            messages: vec![
+                Message::text(Role::System, "be brief"),
+                Message {
+                    role: Role::User,
+                    content: vec![
+                        ContentPart::Text {
+                            text: "what is this?".into(),
+                        },
+                        ContentPart::Image {
+                            source: ImageSource::Base64 {
+                                media_type: "image/png".into(),
+                                data: "AAAA".into(),
+                            },
+                            detail: None,
+                        },
+                    ],
+                    tool_calls: vec![],
+                    tool_call_id: None,
+                    name: None,
+                },
+            ],
+            temperature: Some(0.5),
+            max_tokens: Some(100),
+            tools: vec![ToolDefinition {
+                name: "lookup".into(),
+                description: Some("find".into()),
+                parameters: json!({"type": "object"}),
+                strict: None,
+            }],
+            tool_choice: Some(ToolChoice::Required),
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "r".into(),
+                schema: json!({"type": "object"}),
+                strict: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn maps_every_field_per_flavor() {
+        let req = request();
+        let openai = serde_json::to_value(to_wire(&req, &Flavor::OpenAi, true)).unwrap();
+        assert_eq!(openai["max_completion_tokens"], 100);
+        assert!(openai.get("max_tokens").is_none());
+        assert_eq!(openai["tool_choice"], "required");
+        assert_eq!(
+            openai["messages"][1]["content"][1]["image_url"]["url"],
+            "data:image/png;base64,AAAA"
+        );
+        assert_eq!(openai["messages"][0]["content"], "be brief");
+        assert_eq!(openai["response_format"]["json_schema"]["name"], "r");
+        assert_eq!(openai["stream_options"]["include_usage"], true);
+        assert_eq!(openai["tools"][0]["function"]["name"], "lookup");
+
+        let mistral = serde_json::to_value(to_wire(&req, &Flavor::Mistral, true)).unwrap();
+        assert_eq!(mistral["max_tokens"], 100);
+        assert_eq!(mistral["tool_choice"], "any");
+        assert!(mistral.get("stream_options").is_none());
+    }
+
+    #[test]
+    fn reads_responses_with_tool_calls_usage_and_citations() {
+        let wire: ChatResponse = serde_json::from_value(json!({
+            "id": "x", "model": "gpt-4o-mini-2024-07-18",
+            "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": null,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\":1}"}}],
+                "annotations": [{"type": "url_citation", "url_citation": {"url": "https://a.example", "title": "A"}}]}}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 4},
+                      "completion_tokens_details": {"reasoning_tokens": 2}}
+        }))
+        .unwrap();
+        let r = from_wire(wire, "gpt-4o-mini");
+        assert_eq!(r.model, "gpt-4o-mini-2024-07-18");
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.tool_calls[0].arguments, "{\"q\":1}");
+        assert_eq!(
+            r.usage,
+            Usage {
+                tokens_in: 12,
+                tokens_out: 5,
+                reasoning_tokens: 2,
+                cached_tokens: 4,
+                web_search_calls: 0
+            }
+        );
+        assert_eq!(r.citations[0].url, "https://a.example");
+    }
+
+    #[test]
+    fn stream_chunks_assemble() {
+        let chunks = [
+            json!({"choices": [{"delta": {"role": "assistant", "content": "Hi"}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "lookup", "arguments": ""}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "{\"q\":"}}]}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}, "finish_reason": "tool_calls"}]}),
+            json!({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 7}}),
+        ];
+        let mut state = StreamState::default();
+        let mut acc = ResponseAccumulator::new("m");
+        for chunk in chunks {
+            for delta in state.map(serde_json::from_value(chunk).unwrap()) {
+                acc.push(&delta);
+            }
+        }
+        let r = acc.finish();
+        assert_eq!(r.text, "Hi");
+        assert_eq!(
+            r.tool_calls,
+            vec![ToolCall {
+                id: "c1".into(),
+                name: "lookup".into(),
+                arguments: "{\"q\":1}".into()
+            }]
+        );
+        assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (3, 7));
+    }
+}

@@ -1,0 +1,107 @@
+//! Reading upstream Server-Sent Events: `eventsource-stream` does the parsing; this module bounds
+//! how much one event may buffer, since that crate has no limit of its own.
+
+use bytes::Bytes;
+use eventsource_stream::{Event, Eventsource};
+use futures::{Stream, StreamExt};
+
+use crate::error::ProviderError;
+
+/// A provider event larger than this is an error rather than unbounded buffering.
+pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
+
+/// Parses `bytes` as SSE, failing if an event grows beyond `max_event_bytes`.
+pub fn events<S, E>(
+    provider: &str,
+    bytes: S,
+    max_event_bytes: usize,
+) -> impl Stream<Item = Result<Event, ProviderError>> + Send + 'static
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let provider = provider.to_string();
+    let mut since_boundary = 0usize;
+    let mut last = 0u8;
+    let over_limit = provider.clone();
+    let bounded = bytes.map(move |chunk| {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        for &b in chunk.iter() {
+            // A blank line ends an event: "\n\n" (a preceding "\r" is part of the line end).
+            if b == b'\n' && last == b'\n' {
+                since_boundary = 0;
+            } else if b != b'\r' {
+                since_boundary += 1;
+            }
+            if b != b'\r' {
+                last = b;
+            }
+        }
+        if since_boundary > max_event_bytes {
+            return Err(format!("an event exceeded {max_event_bytes} bytes"));
+        }
+        Ok(chunk)
+    });
+    bounded.eventsource().map(move |item| {
+        item.map_err(|e| ProviderError::InvalidResponse {
+            provider: over_limit.clone(),
+            message: format!("broken event stream: {e}"),
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn parse(chunks: Vec<Vec<u8>>) -> Vec<(String, String)> {
+        let stream = futures::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, std::io::Error>(Bytes::from(c))),
+        );
+        events("p", stream, MAX_EVENT_BYTES)
+            .map(|e| {
+                let e = e.unwrap();
+                (e.event, e.data)
+            })
+            .collect()
+            .await
+    }
+
+    /// The same stream split at every byte boundary (inside UTF-8 characters and `\r\n`) parses
+    /// to the same events.
+    #[tokio::test]
+    async fn every_split_gives_the_same_events() {
+        let raw = "event: message\r\ndata: {\"t\":\"héllo ✓\"}\r\n\r\ndata: line1\ndata: line2\n\n: comment\n\ndata: [DONE]\n\n"
+            .as_bytes()
+            .to_vec();
+        let whole = parse(vec![raw.clone()]).await;
+        assert_eq!(whole.len(), 3);
+        assert_eq!(
+            whole[0],
+            ("message".to_string(), "{\"t\":\"héllo ✓\"}".to_string())
+        );
+        assert_eq!(whole[1].1, "line1\nline2");
+        for i in 1..raw.len() {
+            let split = parse(vec![raw[..i].to_vec(), raw[i..].to_vec()]).await;
+            assert_eq!(split, whole, "split at {i}");
+        }
+        let bytewise = parse(raw.iter().map(|b| vec![*b]).collect()).await;
+        assert_eq!(bytewise, whole);
+    }
+
+    #[tokio::test]
+    async fn an_endless_event_is_an_error_not_unbounded_memory() {
+        let chunks = (0..100).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![b'a'; 1024])));
+        let mut stream = Box::pin(events("p", futures::stream::iter(chunks), 10 * 1024));
+        let mut failed = false;
+        while let Some(item) = stream.next().await {
+            if item.is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed);
+    }
+}

@@ -1,0 +1,10 @@
+//! Test support: a mock LLM provider on a real port that speaks the providers' wire formats
+//! (OpenAI Chat Completions incl. Azure's deployment URLs, Anthropic Messages), scripted per
+//! request, recording what it received. Tests and benchmarks share it.
+//!
+//! The test-support crate is the one place besides `baton-api` that uses axum: it is the
+//! providers' HTTP server, not Baton's.
+
+pub mod mock;
+
+pub use mock::{MockProvider, Received, Reply, ToolCallReply};

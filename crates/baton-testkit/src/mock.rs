@@ -1,0 +1,533 @@
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// One scripted answer. The same reply renders in each wire format.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    Answer {
+        text: String,
+        tool_calls: Vec<ToolCallReply>,
+        tokens_in: u64,
+        tokens_out: u64,
+        /// Served model name; defaults to the requested one.
+        model: Option<String>,
+    },
+    /// An HTTP error with the provider's error body.
+    Status {
+        status: u16,
+        message: String,
+        retry_after: Option<u64>,
+    },
+    /// Waits, then gives the inner reply (a timeout test's slow provider).
+    Delayed(Duration, Box<Reply>),
+    /// Streams the first part of the answer, then breaks the connection.
+    BreakAfterFirstChunk(Box<Reply>),
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolCallReply {
+    pub id: String,
+    pub name: String,
+    pub arguments: Value,
+}
+
+impl Reply {
+    pub fn text(text: impl Into<String>) -> Reply {
+        Reply::Answer {
+            text: text.into(),
+            tool_calls: Vec::new(),
+            tokens_in: 10,
+            tokens_out: 5,
+            model: None,
+        }
+    }
+
+    pub fn with_usage(self, tokens_in: u64, tokens_out: u64) -> Reply {
+        match self {
+            Reply::Answer {
+                text,
+                tool_calls,
+                model,
+                ..
+            } => Reply::Answer {
+                text,
+                tool_calls,
+                tokens_in,
+                tokens_out,
+                model,
+            },
+            other => other,
+        }
+    }
+
+    pub fn tool_call(name: impl Into<String>, arguments: Value) -> Reply {
+        Reply::Answer {
+            text: String::new(),
+            tool_calls: vec![ToolCallReply {
+                id: "call_1".into(),
+                name: name.into(),
+                arguments,
+            }],
+            tokens_in: 10,
+            tokens_out: 5,
+            model: None,
+        }
+    }
+
+    pub fn status(status: u16, message: impl Into<String>) -> Reply {
+        Reply::Status {
+            status,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+}
+
+/// A request the mock received.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub path: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+#[derive(Default)]
+struct Script {
+    replies: VecDeque<Reply>,
+    received: Vec<Received>,
+    /// Streams are cut into pieces of this many bytes (awkward boundaries on purpose).
+    chunk_bytes: usize,
+    chunk_gap: Duration,
+}
+
+#[derive(Clone)]
+struct Shared(Arc<Mutex<Script>>);
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Script> {
+        // A test that panicked while holding the lock already failed; keep serving.
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// The mock provider server. Dropping it does not stop the server; the test runtime does.
+pub struct MockProvider {
+    address: SocketAddr,
+    shared: Shared,
+}
+
+impl MockProvider {
+    pub async fn start() -> std::io::Result<MockProvider> {
+        let shared = Shared(Arc::new(Mutex::new(Script {
+            chunk_bytes: 7,
+            ..Script::default()
+        })));
+        let router = Router::new()
+            .route("/v1/chat/completions", post(openai))
+            .route("/chat/completions", post(openai))
+            .route(
+                "/openai/deployments/{deployment}/chat/completions",
+                post(azure),
+            )
+            .route("/v1/messages", post(anthropic))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok(MockProvider { address, shared })
+    }
+
+    /// Base URL for OpenAI-style configuration (`.../v1`).
+    pub fn openai_base(&self) -> String {
+        format!("http://{}/v1", self.address)
+    }
+
+    /// Base URL without a path (Anthropic, Azure, Gemini, Bedrock conventions).
+    pub fn root(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Queues replies, answered in order; with none queued the mock answers "mock reply".
+    pub fn push(&self, reply: Reply) {
+        self.shared.lock().replies.push_back(reply);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.shared.lock().received.clone()
+    }
+
+    pub fn set_stream_chunking(&self, chunk_bytes: usize, gap: Duration) {
+        let mut script = self.shared.lock();
+        script.chunk_bytes = chunk_bytes.max(1);
+        script.chunk_gap = gap;
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Format {
+    OpenAi,
+    Anthropic,
+}
+
+async fn openai(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(
+        shared,
+        Format::OpenAi,
+        "/v1/chat/completions".into(),
+        headers,
+        body,
+    )
+    .await
+}
+
+async fn azure(
+    State(shared): State<Shared>,
+    Path(deployment): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(
+        shared,
+        Format::OpenAi,
+        format!("/openai/deployments/{deployment}/chat/completions"),
+        headers,
+        body,
+    )
+    .await
+}
+
+async fn anthropic(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(
+        shared,
+        Format::Anthropic,
+        "/v1/messages".into(),
+        headers,
+        body,
+    )
+    .await
+}
+
+async fn handle(
+    shared: Shared,
+    format: Format,
+    path: String,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    let model = body
+        .get("model")
+        .and_then(Value::as_str)
+        .unwrap_or("mock-model")
+        .to_string();
+    let (reply, chunk_bytes, gap) = {
+        let mut script = shared.lock();
+        script.received.push(Received {
+            path,
+            headers,
+            body,
+        });
+        (
+            script
+                .replies
+                .pop_front()
+                .unwrap_or_else(|| Reply::text("mock reply")),
+            script.chunk_bytes,
+            script.chunk_gap,
+        )
+    };
+    respond(reply, format, &model, stream, chunk_bytes, gap).await
+}
+
+async fn respond(
+    reply: Reply,
+    format: Format,
+    model: &str,
+    stream: bool,
+    chunk_bytes: usize,
+    gap: Duration,
+) -> Response {
+    let mut reply = reply;
+    let mut break_early = false;
+    loop {
+        match reply {
+            Reply::Delayed(delay, inner) => {
+                tokio::time::sleep(delay).await;
+                reply = *inner;
+            }
+            Reply::BreakAfterFirstChunk(inner) => {
+                break_early = true;
+                reply = *inner;
+            }
+            _ => break,
+        }
+    }
+    match reply {
+        Reply::Status {
+            status,
+            message,
+            retry_after,
+        } => {
+            let body = match format {
+                Format::OpenAi => {
+                    json!({"error": {"message": message, "type": "mock_error", "code": Value::Null}})
+                }
+                Format::Anthropic => {
+                    json!({"type": "error", "error": {"type": "mock_error", "message": message}})
+                }
+            };
+            let mut response = (
+                StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                axum::Json(body),
+            )
+                .into_response();
+            if let Some(secs) = retry_after
+                && let Ok(value) = secs.to_string().parse()
+            {
+                response.headers_mut().insert("retry-after", value);
+            }
+            response
+        }
+        Reply::Answer {
+            text,
+            tool_calls,
+            tokens_in,
+            tokens_out,
+            model: served,
+        } => {
+            let served = served.unwrap_or_else(|| model.to_string());
+            let answer = Answer {
+                text,
+                tool_calls,
+                tokens_in,
+                tokens_out,
+                model: served,
+            };
+            if stream {
+                let bytes = match format {
+                    Format::OpenAi => openai_stream(&answer),
+                    Format::Anthropic => anthropic_stream(&answer),
+                };
+                stream_body(bytes, chunk_bytes, gap, break_early)
+            } else {
+                let body = match format {
+                    Format::OpenAi => openai_body(&answer),
+                    Format::Anthropic => anthropic_body(&answer),
+                };
+                axum::Json(body).into_response()
+            }
+        }
+        Reply::Delayed(..) | Reply::BreakAfterFirstChunk(..) => {
+            StatusCode::INTERNAL_SERVER_ERROR.into_response()
+        }
+    }
+}
+
+struct Answer {
+    text: String,
+    tool_calls: Vec<ToolCallReply>,
+    tokens_in: u64,
+    tokens_out: u64,
+    model: String,
+}
+
+fn stream_body(bytes: Vec<u8>, chunk_bytes: usize, gap: Duration, break_early: bool) -> Response {
+    let mut pieces: Vec<Bytes> = bytes
+        .chunks(chunk_bytes)
+        .map(Bytes::copy_from_slice)
+        .collect();
+    if break_early {
+        pieces.truncate(pieces.len().min(3));
+    }
+    let stream = futures::stream::unfold(
+        (pieces.into_iter(), false),
+        move |(mut rest, started)| async move {
+            if started && !gap.is_zero() {
+                tokio::time::sleep(gap).await;
+            }
+            match rest.next() {
+                Some(piece) => Some((Ok::<_, std::io::Error>(piece), (rest, true))),
+                None if break_early => {
+                    // Let what was sent reach the client before the connection breaks.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Some((
+                        Err(std::io::Error::other("mock broke the stream")),
+                        (rest, true),
+                    ))
+                }
+                None => None,
+            }
+        },
+    );
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn sse(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
+    if let Some(event) = event {
+        out.extend_from_slice(format!("event: {event}\r\n").as_bytes());
+    }
+    out.extend_from_slice(format!("data: {data}\r\n\r\n").as_bytes());
+}
+
+fn openai_body(answer: &Answer) -> Value {
+    let tool_calls: Vec<Value> = answer
+        .tool_calls
+        .iter()
+        .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments.to_string()}}))
+        .collect();
+    let mut message = json!({"role": "assistant", "content": if answer.text.is_empty() { Value::Null } else { Value::String(answer.text.clone()) }});
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    json!({
+        "id": "chatcmpl-mock", "object": "chat.completion", "created": 1, "model": answer.model,
+        "choices": [{"index": 0, "message": message, "finish_reason": if answer.tool_calls.is_empty() { "stop" } else { "tool_calls" }}],
+        "usage": {"prompt_tokens": answer.tokens_in, "completion_tokens": answer.tokens_out, "total_tokens": answer.tokens_in + answer.tokens_out}
+    })
+}
+
+/// Text in small pieces (split inside multi-byte characters by the chunking), then tool calls.
+fn openai_stream(answer: &Answer) -> Vec<u8> {
+    let mut out = Vec::new();
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": answer.model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        .to_string()
+    };
+    sse(
+        &mut out,
+        None,
+        &chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+    );
+    for piece in split_text(&answer.text) {
+        sse(
+            &mut out,
+            None,
+            &chunk(json!({"content": piece}), Value::Null),
+        );
+    }
+    for (i, call) in answer.tool_calls.iter().enumerate() {
+        sse(
+            &mut out,
+            None,
+            &chunk(
+                json!({"tool_calls": [{"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}]}),
+                Value::Null,
+            ),
+        );
+        let args = call.arguments.to_string();
+        let (head, tail) = args.split_at(args.len() / 2);
+        for part in [head, tail] {
+            sse(
+                &mut out,
+                None,
+                &chunk(
+                    json!({"tool_calls": [{"index": i, "function": {"arguments": part}}]}),
+                    Value::Null,
+                ),
+            );
+        }
+    }
+    let finish = if answer.tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    sse(&mut out, None, &chunk(json!({}), Value::from(finish)));
+    sse(
+        &mut out,
+        None,
+        &json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": answer.model, "choices": [],
+                "usage": {"prompt_tokens": answer.tokens_in, "completion_tokens": answer.tokens_out, "total_tokens": answer.tokens_in + answer.tokens_out}})
+        .to_string(),
+    );
+    sse(&mut out, None, "[DONE]");
+    out
+}
+
+fn anthropic_body(answer: &Answer) -> Value {
+    let mut content = Vec::new();
+    if !answer.text.is_empty() {
+        content.push(json!({"type": "text", "text": answer.text}));
+    }
+    for call in &answer.tool_calls {
+        content.push(
+            json!({"type": "tool_use", "id": call.id, "name": call.name, "input": call.arguments}),
+        );
+    }
+    json!({
+        "id": "msg_mock", "type": "message", "role": "assistant", "model": answer.model, "content": content,
+        "stop_reason": if answer.tool_calls.is_empty() { "end_turn" } else { "tool_use" },
+        "usage": {"input_tokens": answer.tokens_in, "output_tokens": answer.tokens_out}
+    })
+}
+
+fn anthropic_stream(answer: &Answer) -> Vec<u8> {
+    let mut out = Vec::new();
+    sse(&mut out, Some("message_start"), &json!({"type": "message_start", "message": {"id": "msg_mock", "model": answer.model, "usage": {"input_tokens": answer.tokens_in, "output_tokens": 1}}}).to_string());
+    let mut index = 0;
+    if !answer.text.is_empty() {
+        sse(&mut out, Some("content_block_start"), &json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}).to_string());
+        for piece in split_text(&answer.text) {
+            sse(&mut out, Some("content_block_delta"), &json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}).to_string());
+        }
+        sse(
+            &mut out,
+            Some("content_block_stop"),
+            &json!({"type": "content_block_stop", "index": index}).to_string(),
+        );
+        index += 1;
+    }
+    sse(&mut out, Some("ping"), &json!({"type": "ping"}).to_string());
+    for call in &answer.tool_calls {
+        sse(&mut out, Some("content_block_start"), &json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}).to_string());
+        let args = call.arguments.to_string();
+        let (head, tail) = args.split_at(args.len() / 2);
+        for part in [head, tail] {
+            sse(&mut out, Some("content_block_delta"), &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": part}}).to_string());
+        }
+        sse(
+            &mut out,
+            Some("content_block_stop"),
+            &json!({"type": "content_block_stop", "index": index}).to_string(),
+        );
+        index += 1;
+    }
+    let stop = if answer.tool_calls.is_empty() {
+        "end_turn"
+    } else {
+        "tool_use"
+    };
+    sse(&mut out, Some("message_delta"), &json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": answer.tokens_out}}).to_string());
+    sse(
+        &mut out,
+        Some("message_stop"),
+        &json!({"type": "message_stop"}).to_string(),
+    );
+    out
+}
+
+/// Splits text into pieces of about three characters (on char boundaries: the byte chunking of
+/// the stream is what cuts inside characters).
+fn split_text(text: &str) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    chars.chunks(3).map(|c| c.iter().collect()).collect()
+}
