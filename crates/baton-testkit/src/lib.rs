@@ -7,4 +7,4 @@
 
 pub mod mock;
 
-pub use mock::{MockProvider, Received, Reply, ToolCallReply};
+pub use mock::{Answer, MockProvider, Received, Reply, ToolCallReply};

@@ -338,12 +338,15 @@ async fn respond(
     }
 }
 
-struct Answer {
-    text: String,
-    tool_calls: Vec<ToolCallReply>,
-    tokens_in: u64,
-    tokens_out: u64,
-    model: String,
+/// A successful answer, rendered by each wire format's module.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub text: String,
+    pub tool_calls: Vec<ToolCallReply>,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// The served model name.
+    pub model: String,
 }
 
 fn stream_body(bytes: Vec<u8>, chunk_bytes: usize, gap: Duration, break_early: bool) -> Response {
@@ -380,7 +383,8 @@ fn stream_body(bytes: Vec<u8>, chunk_bytes: usize, gap: Duration, break_early: b
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn sse(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
+/// Appends one SSE event (CRLF line ends, as some providers send).
+pub fn sse(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
     if let Some(event) = event {
         out.extend_from_slice(format!("event: {event}\r\n").as_bytes());
     }
@@ -527,7 +531,7 @@ fn anthropic_stream(answer: &Answer) -> Vec<u8> {
 
 /// Splits text into pieces of about three characters (on char boundaries: the byte chunking of
 /// the stream is what cuts inside characters).
-fn split_text(text: &str) -> Vec<String> {
+pub fn split_text(text: &str) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
     chars.chunks(3).map(|c| c.iter().collect()).collect()
 }
