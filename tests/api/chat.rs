@@ -9,8 +9,10 @@ use crate::helpers::{TestApp, spawn_app_with};
 
 const OPENAI_CANARY: &str = "sk-canary-openai-5f1e0c";
 const ANTHROPIC_CANARY: &str = "sk-ant-canary-9d2b7a";
+const GOOGLE_CANARY: &str = "AIza-canary-google-31c4";
+const AWS_SECRET_CANARY: &str = "aws-secret-canary-77e0f1";
 
-async fn app_with_mock() -> (TestApp, MockProvider) {
+pub async fn app_with_mock() -> (TestApp, MockProvider) {
     let mock = MockProvider::start().await.unwrap();
     let (openai_base, root) = (mock.openai_base(), mock.root());
     let app = spawn_app_with(move |config| {
@@ -46,8 +48,26 @@ async fn app_with_mock() -> (TestApp, MockProvider) {
                 ..Default::default()
             },
         );
+        config.providers.insert(
+            "google".into(),
+            ProviderConfig {
+                base_url: Some(root.clone()),
+                api_key: Some(GOOGLE_CANARY.into()),
+                ..Default::default()
+            },
+        );
+        config.providers.insert(
+            "bedrock".into(),
+            ProviderConfig {
+                base_url: Some(root.clone()),
+                region: Some("us-east-1".into()),
+                access_key_id: Some("AKIACANARY0000000000".into()),
+                secret_access_key: Some(AWS_SECRET_CANARY.into()),
+                ..Default::default()
+            },
+        );
         // Conventional variables of the test machine must not configure the rest.
-        for key in ["google", "bedrock", "mistral", "deepseek"] {
+        for key in ["mistral", "deepseek"] {
             config
                 .providers
                 .insert(key.into(), ProviderConfig::default());
@@ -168,7 +188,12 @@ async fn streams_relay_chunks_usage_and_done() {
     let (app, mock) = app_with_mock().await;
     let key = app.default_tenant.api_key.clone();
     let text = "Streaming héllo, wörld ✓ — in pieces.";
-    for model in ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"] {
+    for model in [
+        "openai/gpt-4o-mini",
+        "anthropic/claude-haiku-4-5",
+        "google/gemini-2.5-flash",
+        "bedrock/amazon.nova-lite-v1:0",
+    ] {
         mock.push(Reply::text(text).with_usage(20, 9));
         let response = app
             .post(
@@ -216,7 +241,15 @@ async fn streams_relay_chunks_usage_and_done() {
             (Some(20), Some(9)),
             "{model}"
         );
-        assert_eq!(mock.received().last().unwrap().body["stream"], true);
+        let received = mock.received().pop().unwrap();
+        let asked_to_stream = received.body["stream"] == true
+            || received.path.ends_with(":streamGenerateContent")
+            || received.path.ends_with("/converse-stream");
+        assert!(
+            asked_to_stream,
+            "{model} was not asked to stream: {}",
+            received.path
+        );
     }
 }
 
@@ -225,7 +258,12 @@ async fn tool_calls_round_trip_sync_and_streamed() {
     let (app, mock) = app_with_mock().await;
     let key = app.default_tenant.api_key.clone();
     let tools = json!({"tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}], "tool_choice": "required"});
-    for model in ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"] {
+    for model in [
+        "openai/gpt-4o-mini",
+        "anthropic/claude-haiku-4-5",
+        "google/gemini-2.5-flash",
+        "bedrock/amazon.nova-lite-v1:0",
+    ] {
         mock.push(Reply::tool_call("get_weather", json!({"city": "Paris"})));
         let sync = app
             .post("/api/v1/chat/completions", &key, chat(model, tools.clone()))
@@ -289,7 +327,7 @@ async fn provider_failures_and_bad_input_get_clear_errors_without_keys() {
     post(chat("nope/model", json!({})))
         .await
         .error(404, "MODEL_NOT_FOUND");
-    post(chat("google/gemini-2.5-flash", json!({})))
+    post(chat("mistral/mistral-small-latest", json!({})))
         .await
         .error(400, "PROVIDER_NOT_CONFIGURED");
     assert_eq!(
@@ -359,7 +397,13 @@ async fn provider_failures_and_bad_input_get_clear_errors_without_keys() {
     assert_eq!(error["error"]["code"], "PROVIDER_ERROR", "{}", broken.text);
 
     for response in [failed, unauthorised, broken] {
-        for canary in [OPENAI_CANARY, ANTHROPIC_CANARY, "azure-canary-key"] {
+        for canary in [
+            OPENAI_CANARY,
+            ANTHROPIC_CANARY,
+            "azure-canary-key",
+            GOOGLE_CANARY,
+            AWS_SECRET_CANARY,
+        ] {
             assert!(
                 !response.text.contains(canary),
                 "a provider key leaked: {}",
@@ -415,7 +459,9 @@ async fn catalogue_and_providers_are_listed() {
     };
     assert_eq!(configured("openai"), true);
     assert_eq!(configured("anthropic"), true);
-    assert_eq!(configured("google"), false);
+    assert_eq!(configured("google"), true);
+    assert_eq!(configured("bedrock"), true);
+    assert_eq!(configured("mistral"), false);
     assert_eq!(configured("local"), true);
     let local = providers
         .as_array()
@@ -432,4 +478,178 @@ async fn catalogue_and_providers_are_listed() {
             .status,
         401
     );
+}
+
+/// Log rows are written off the request path: poll briefly for one.
+async fn wait_for_run(app: &TestApp, id: &str) -> baton_domain::run::RunRecord {
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    for _ in 0..100 {
+        if let Ok(run) = app.store.get_run(&tenant, id).await {
+            return run;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("run {id} was never logged");
+}
+
+fn credits(tokens_in: u64, tokens_out: u64, descriptor: &Value) -> i64 {
+    let micro = tokens_in as i128 * descriptor["inputCreditsPerMillion"].as_i64().unwrap() as i128
+        + tokens_out as i128 * descriptor["outputCreditsPerMillion"].as_i64().unwrap() as i128;
+    ((micro + 500_000) / 1_000_000) as i64
+}
+
+#[tokio::test]
+async fn every_call_is_logged_with_usage_cost_customer_and_tags() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    let descriptors = app.get("/api/v1/models/descriptors", &key).await.json();
+    let mini = descriptors
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "openai/gpt-4o-mini")
+        .expect("gpt-4o-mini is catalogued")
+        .clone();
+
+    mock.push(Reply::text("logged answer").with_usage(1200, 300));
+    let response = crate::helpers::send(
+        app.client
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("x-baton-customer-id", "cust-42")
+            .header("x-baton-tags", "Team:search, Feature:chat")
+            .json(&chat(
+                "openai/gpt-4o-mini",
+                json!({"user": "ignored-because-header-wins"}),
+            )),
+    )
+    .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let id = response.headers["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let run = wait_for_run(&app, &id).await;
+    assert_eq!(run.status, baton_domain::run::RunStatus::Succeeded);
+    assert_eq!(run.environment.as_deref(), Some("openai-compatible"));
+    assert_eq!(run.requested_model, "openai/gpt-4o-mini");
+    assert_eq!(run.served_model.as_deref(), Some("openai/gpt-4o-mini"));
+    assert_eq!((run.usage.tokens_in, run.usage.tokens_out), (1200, 300));
+    assert_eq!(run.raw_cost_credits, credits(1200, 300, &mini));
+    assert_eq!(run.cost_credits, run.raw_cost_credits, "no markup set");
+    assert!(!run.pricing_uncertain);
+    assert_eq!(run.customer_external_id.as_deref(), Some("cust-42"));
+    assert!(run.customer_id.is_some());
+    assert_eq!(run.tags, ["Team:search", "Feature:chat"]);
+    assert_eq!(run.response.as_ref().unwrap()["text"], "logged answer");
+    assert_eq!(
+        run.request.as_ref().unwrap()["messages"][1]["content"][0]["text"],
+        "Say hi"
+    );
+    // The customer was created on first use.
+    assert_eq!(app.get("/api/v1/customers/cust-42", &key).await.status, 200);
+
+    // Markup applies to billed cost only; a model missing from the catalogue is flagged.
+    app.put("/api/v1/settings", &key, json!({"markupPercent": 10}))
+        .await;
+    mock.push(Reply::text("x").with_usage(1200, 300));
+    let marked = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("openai/gpt-4o-mini", json!({})),
+        )
+        .await;
+    let run = wait_for_run(&app, marked.headers["x-request-id"].to_str().unwrap()).await;
+    assert_eq!(run.cost_credits, (run.raw_cost_credits * 110 + 50) / 100);
+    let unknown = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("openai/not-in-catalogue", json!({})),
+        )
+        .await;
+    let run = wait_for_run(&app, unknown.headers["x-request-id"].to_str().unwrap()).await;
+    assert!(run.pricing_uncertain);
+    assert_eq!(run.cost_credits, 0);
+
+    // Failures are logged as Failed; rejected input is not logged at all.
+    mock.push(Reply::status(503, "overloaded"));
+    let failed = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("openai/gpt-4o-mini", json!({})),
+        )
+        .await;
+    let run = wait_for_run(&app, failed.headers["x-request-id"].to_str().unwrap()).await;
+    assert_eq!(run.status, baton_domain::run::RunStatus::Failed);
+    assert_eq!(run.error_code.as_deref(), Some("PROVIDER_ERROR"));
+    let rejected = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("openai/gpt-4o-mini", json!({"temperature": 9})),
+        )
+        .await;
+    assert_eq!(rejected.status, 400);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    assert!(
+        app.store
+            .get_run(&tenant, rejected.headers["x-request-id"].to_str().unwrap())
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test]
+async fn streams_are_logged_and_a_client_that_leaves_still_gets_its_partial_usage_logged() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    mock.push(Reply::text("streamed and logged").with_usage(30, 6));
+    let streamed = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("anthropic/claude-haiku-4-5", json!({"stream": true})),
+        )
+        .await;
+    let run = wait_for_run(&app, streamed.headers["x-request-id"].to_str().unwrap()).await;
+    assert_eq!(run.status, baton_domain::run::RunStatus::Succeeded);
+    assert_eq!((run.usage.tokens_in, run.usage.tokens_out), (30, 6));
+    assert_eq!(
+        run.response.as_ref().unwrap()["text"],
+        "streamed and logged"
+    );
+
+    // A slow stream the client abandons after the first bytes.
+    mock.set_stream_chunking(16, std::time::Duration::from_millis(40));
+    mock.push(
+        Reply::text("a long answer that the client will not wait for, ".repeat(20))
+            .with_usage(50, 200),
+    );
+    let mut response = app
+        .client
+        .post(app.url("/api/v1/chat/completions"))
+        .bearer_auth(&key)
+        .json(&chat("anthropic/claude-haiku-4-5", json!({"stream": true})))
+        .send()
+        .await
+        .unwrap();
+    let id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut received = String::new();
+    while !received.contains("\"content\":\"a l") {
+        received.push_str(&String::from_utf8_lossy(
+            &response.chunk().await.unwrap().unwrap(),
+        ));
+    }
+    drop(response);
+    let run = wait_for_run(&app, &id).await;
+    assert_eq!(run.error_code.as_deref(), Some("CLIENT_DISCONNECTED"));
+    assert_eq!(run.usage.tokens_in, 50, "the partial usage is kept");
+    assert!(run.cost_credits > 0, "what was produced is billed");
 }

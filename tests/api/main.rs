@@ -15,5 +15,6 @@ mod customers;
 mod environments;
 mod health;
 mod openapi;
+mod python_sdk;
 mod settings;
 mod validation;

@@ -7,6 +7,7 @@ pub mod context;
 pub mod error;
 pub mod extract;
 pub mod routes;
+pub mod runlog;
 pub mod state;
 
 use std::future::Future;

@@ -4,8 +4,12 @@ use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_domain::TenantId;
+use baton_domain::settings::TenantSettings;
 use baton_providers::Registry;
 use baton_store::Store;
+use baton_store::runs::RunWriter;
+use moka::future::Cache;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::auth::login::{LoginLimiter, spawn_pruner};
@@ -44,9 +48,15 @@ pub struct AppState {
     pub auth: Arc<Authenticator>,
     pub login_limiter: Arc<LoginLimiter>,
     pub providers: Arc<Registry>,
+    /// The invocation log's batched writer.
+    pub runs: RunWriter,
+    /// Tenant settings read on the hot path; dropped on change (other instances: TTL).
+    settings: Cache<String, Arc<TenantSettings>>,
     pub config: Arc<ApiConfig>,
 }
 
+/// How stale another instance's cached settings may be.
+const SETTINGS_CACHE_TTL: Duration = Duration::from_secs(30);
 const JWT_SECRET_NAME: &str = "jwt_signing_key";
 const MIN_JWT_SECRET_LEN: usize = 32;
 
@@ -54,6 +64,7 @@ impl AppState {
     pub async fn build(
         store: Store,
         providers: Arc<Registry>,
+        runs: RunWriter,
         config: ApiConfig,
     ) -> Result<AppState, ApiError> {
         let secret = match &config.jwt_secret {
@@ -88,8 +99,32 @@ impl AppState {
             store,
             login_limiter,
             providers,
+            runs,
+            settings: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(SETTINGS_CACHE_TTL)
+                .build(),
             config: Arc::new(config),
         })
+    }
+
+    /// The tenant's settings, from the cache when fresh.
+    pub async fn tenant_settings(
+        &self,
+        tenant: &TenantId,
+    ) -> Result<Arc<TenantSettings>, ApiError> {
+        if let Some(settings) = self.settings.get(tenant.as_str()).await {
+            return Ok(settings);
+        }
+        let settings = Arc::new(self.store.tenant_settings(tenant).await?.settings);
+        self.settings
+            .insert(tenant.as_str().to_string(), settings.clone())
+            .await;
+        Ok(settings)
+    }
+
+    pub async fn forget_settings(&self, tenant: &TenantId) {
+        self.settings.invalidate(tenant.as_str()).await;
     }
 }
 

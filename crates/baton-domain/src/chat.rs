@@ -314,7 +314,7 @@ pub enum StreamDelta {
 }
 
 /// Folds a stream's deltas into the response they add up to.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct ResponseAccumulator {
     response: InferenceResponse,
     finished: bool,
@@ -365,6 +365,15 @@ impl ResponseAccumulator {
 
     pub fn is_finished(&self) -> bool {
         self.finished
+    }
+
+    pub fn usage(&self) -> Usage {
+        self.response.usage
+    }
+
+    /// The response so far, without ending the accumulation.
+    pub fn snapshot(&self) -> InferenceResponse {
+        self.clone().finish()
     }
 
     pub fn finish(mut self) -> InferenceResponse {

@@ -83,20 +83,8 @@ impl Provider for AnthropicProvider {
 
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
         let body = self.wire(request, false)?;
-        let mut builder = self.request(&body);
-        if let Some(timeout) = self.timeout {
-            builder = builder.timeout(timeout);
-        }
-        let response = http::send(&self.key, &request.model, builder).await?;
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| http::transport_error(&self.key, e))?;
         let wire: MessagesResponse =
-            serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse {
-                provider: self.key.clone(),
-                message: e.to_string(),
-            })?;
+            http::send_json(&self.key, &request.model, self.request(&body), self.timeout).await?;
         Ok(from_wire(wire, structured(request)))
     }
 

@@ -44,6 +44,28 @@ pub async fn send(
     }
 }
 
+/// Sends a non-streaming call (with its whole-call timeout, if any) and decodes the JSON answer.
+pub async fn send_json<T: serde::de::DeserializeOwned>(
+    provider: &str,
+    model: &str,
+    request: RequestBuilder,
+    timeout: Option<Duration>,
+) -> ProviderResult<T> {
+    let request = match timeout {
+        Some(timeout) => request.timeout(timeout),
+        None => request,
+    };
+    let response = send(provider, model, request).await?;
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| transport_error(provider, e))?;
+    serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse {
+        provider: provider.to_string(),
+        message: e.to_string(),
+    })
+}
+
 /// Classifies a transport failure. The URL is dropped from the message: some providers carry
 /// deployment names or keys in it.
 pub fn transport_error(provider: &str, err: reqwest::Error) -> ProviderError {

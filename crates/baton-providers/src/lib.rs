@@ -4,9 +4,11 @@
 //! operator's configuration.
 
 pub mod anthropic;
+pub mod bedrock;
 pub mod catalogue;
 pub mod config;
 pub mod error;
+pub mod gemini;
 pub mod http;
 pub mod openai;
 pub mod provider;
@@ -24,6 +26,8 @@ pub use error::{ProviderError, ProviderResult};
 pub use provider::{DeltaStream, Provider};
 
 use crate::anthropic::AnthropicProvider;
+use crate::bedrock::{AwsCredentials, BedrockProvider};
+use crate::gemini::GeminiProvider;
 use crate::openai::{Flavor, OpenAiProvider};
 
 /// A provider as `/providers` shows it.
@@ -206,7 +210,44 @@ fn build(
                 timeout,
             ))
         }
-        "google" | "bedrock" => return Ok(None),
+        "google" => {
+            let Some(api_key) = config.api_key.clone().filter(|_| has_key) else {
+                return Ok(None);
+            };
+            Arc::new(GeminiProvider::new(
+                key,
+                base_url(default_base_url(key)),
+                api_key,
+                client()?,
+                timeout,
+            ))
+        }
+        "bedrock" => {
+            let (Some(region), Some(access_key_id), Some(secret_access_key)) = (
+                config.region.clone(),
+                config.access_key_id.clone(),
+                config.secret_access_key.clone(),
+            ) else {
+                return Ok(None);
+            };
+            let base = config
+                .base_url
+                .clone()
+                .unwrap_or_else(|| bedrock::default_base_url(&region));
+            let credentials = AwsCredentials {
+                access_key_id,
+                secret_access_key,
+                session_token: config.session_token.clone(),
+            };
+            Arc::new(BedrockProvider::new(
+                key,
+                base,
+                region,
+                credentials,
+                client()?,
+                timeout,
+            ))
+        }
         _ => {
             // Extra providers: OpenAI-compatible servers (xAI, Groq, vLLM, Ollama, ...). A local
             // server may need no key.

@@ -104,20 +104,13 @@ impl Provider for OpenAiProvider {
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
         self.check(request)?;
         let body = to_wire(request, &self.flavor, false);
-        let mut builder = self.request(&request.model, &body);
-        if let Some(timeout) = self.timeout {
-            builder = builder.timeout(timeout);
-        }
-        let response = http::send(&self.key, &request.model, builder).await?;
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| http::transport_error(&self.key, e))?;
-        let wire: ChatResponse =
-            serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse {
-                provider: self.key.clone(),
-                message: e.to_string(),
-            })?;
+        let wire: ChatResponse = http::send_json(
+            &self.key,
+            &request.model,
+            self.request(&request.model, &body),
+            self.timeout,
+        )
+        .await?;
         Ok(from_wire(wire, &request.model))
     }
 

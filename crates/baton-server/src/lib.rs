@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use baton_api::AppState;
 use baton_providers::{Catalogue, ProvidersConfig, Registry};
+use baton_store::runs::{RunWriter, WriterOptions};
 use baton_store::{Store, StoreOptions};
 use tokio::net::TcpListener;
 
@@ -33,6 +34,7 @@ pub struct Application {
     router: baton_api::Router,
     store: Store,
     bootstrap: Option<Bootstrap>,
+    runs: RunWriter,
     shutdown_grace: Duration,
 }
 
@@ -74,7 +76,9 @@ impl Application {
         let bootstrap =
             admin::bootstrap_if_empty(&store, config.bootstrap_api_key.as_ref()).await?;
         let providers = Arc::new(build_providers(config, &config.providers_with_env())?);
-        let state = AppState::build(store.clone(), providers, config.api_config()?).await?;
+        let runs = RunWriter::spawn(store.clone(), WriterOptions::default());
+        let state =
+            AppState::build(store.clone(), providers, runs.clone(), config.api_config()?).await?;
         let router = baton_api::build_router(state);
         let listener = TcpListener::bind(config.bind).await?;
         Ok(Application {
@@ -82,6 +86,7 @@ impl Application {
             router,
             store,
             bootstrap,
+            runs,
             shutdown_grace: Duration::from_secs(config.server.shutdown_grace_secs),
         })
     }
@@ -123,6 +128,8 @@ impl Application {
             } => tracing::warn!("shutdown grace period over; dropping remaining connections"),
         }
         drop(stop_rx);
+        // Requests have drained: write every queued log row before the database closes.
+        self.runs.close().await;
         self.store.close().await?;
         Ok(())
     }

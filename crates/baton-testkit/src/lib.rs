@@ -1,10 +1,13 @@
 //! Test support: a mock LLM provider on a real port that speaks the providers' wire formats
-//! (OpenAI Chat Completions incl. Azure's deployment URLs, Anthropic Messages), scripted per
+//! (OpenAI Chat Completions incl. Azure's deployment URLs, Anthropic Messages, Gemini
+//! generateContent, Bedrock Converse with its event-stream framing), scripted per
 //! request, recording what it received. Tests and benchmarks share it.
 //!
 //! The test-support crate is the one place besides `baton-api` that uses axum: it is the
 //! providers' HTTP server, not Baton's.
 
+pub mod bedrock;
+pub mod gemini;
 pub mod mock;
 
 pub use mock::{Answer, MockProvider, Received, Reply, ToolCallReply};

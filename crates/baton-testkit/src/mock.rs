@@ -142,6 +142,9 @@ impl MockProvider {
                 post(azure),
             )
             .route("/v1/messages", post(anthropic))
+            .route("/v1beta/models/{call}", post(gemini))
+            .route("/model/{model}/converse", post(bedrock))
+            .route("/model/{model}/converse-stream", post(bedrock_stream))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
@@ -181,13 +184,32 @@ impl MockProvider {
 enum Format {
     OpenAi,
     Anthropic,
+    Gemini,
+    Bedrock,
+}
+
+/// How a request asks for a stream and names its model: in the body, or (Gemini, Bedrock) in
+/// the path.
+struct Call {
+    format: Format,
+    path: String,
+    stream: Option<bool>,
+    model: Option<String>,
+}
+
+fn in_body(format: Format, path: &str) -> Call {
+    Call {
+        format,
+        path: path.to_string(),
+        stream: None,
+        model: None,
+    }
 }
 
 async fn openai(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     handle(
         shared,
-        Format::OpenAi,
-        "/v1/chat/completions".into(),
+        in_body(Format::OpenAi, "/v1/chat/completions"),
         headers,
         body,
     )
@@ -200,41 +222,84 @@ async fn azure(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(
-        shared,
-        Format::OpenAi,
-        format!("/openai/deployments/{deployment}/chat/completions"),
-        headers,
-        body,
-    )
-    .await
+    let path = format!("/openai/deployments/{deployment}/chat/completions");
+    handle(shared, in_body(Format::OpenAi, &path), headers, body).await
 }
 
 async fn anthropic(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     handle(
         shared,
-        Format::Anthropic,
-        "/v1/messages".into(),
+        in_body(Format::Anthropic, "/v1/messages"),
         headers,
         body,
     )
     .await
 }
 
-async fn handle(
-    shared: Shared,
-    format: Format,
-    path: String,
+/// `/v1beta/models/{model}:generateContent` and `:streamGenerateContent`.
+async fn gemini(
+    State(shared): State<Shared>,
+    Path(call): Path<String>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let (model, action) = call
+        .rsplit_once(':')
+        .unwrap_or((call.as_str(), "generateContent"));
+    let call = Call {
+        format: Format::Gemini,
+        path: format!("/v1beta/models/{call}"),
+        stream: Some(action == "streamGenerateContent"),
+        model: Some(model.to_string()),
+    };
+    handle(shared, call, headers, body).await
+}
+
+async fn bedrock(
+    State(shared): State<Shared>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(shared, bedrock_call(model, false), headers, body).await
+}
+
+async fn bedrock_stream(
+    State(shared): State<Shared>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(shared, bedrock_call(model, true), headers, body).await
+}
+
+/// Bedrock names the model and the streaming in the path (`/converse` or `/converse-stream`).
+fn bedrock_call(model: String, stream: bool) -> Call {
+    let action = if stream {
+        "converse-stream"
+    } else {
+        "converse"
+    };
+    Call {
+        format: Format::Bedrock,
+        path: format!("/model/{model}/{action}"),
+        stream: Some(stream),
+        model: Some(model),
+    }
+}
+
+async fn handle(shared: Shared, call: Call, headers: HeaderMap, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    let model = body
-        .get("model")
-        .and_then(Value::as_str)
-        .unwrap_or("mock-model")
-        .to_string();
+    let stream = call
+        .stream
+        .unwrap_or_else(|| body.get("stream").and_then(Value::as_bool).unwrap_or(false));
+    let model = call.model.clone().unwrap_or_else(|| {
+        body.get("model")
+            .and_then(Value::as_str)
+            .unwrap_or("mock-model")
+            .to_string()
+    });
+    let (format, path) = (call.format, call.path);
     let (reply, chunk_bytes, gap) = {
         let mut script = shared.lock();
         script.received.push(Received {
@@ -290,6 +355,8 @@ async fn respond(
                 Format::Anthropic => {
                     json!({"type": "error", "error": {"type": "mock_error", "message": message}})
                 }
+                Format::Gemini => crate::gemini::error_body(status, &message),
+                Format::Bedrock => crate::bedrock::error_body(&message),
             };
             let mut response = (
                 StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -319,15 +386,22 @@ async fn respond(
                 model: served,
             };
             if stream {
-                let bytes = match format {
-                    Format::OpenAi => openai_stream(&answer),
-                    Format::Anthropic => anthropic_stream(&answer),
+                let (bytes, content_type) = match format {
+                    Format::OpenAi => (openai_stream(&answer), "text/event-stream"),
+                    Format::Anthropic => (anthropic_stream(&answer), "text/event-stream"),
+                    Format::Gemini => (crate::gemini::stream(&answer), "text/event-stream"),
+                    Format::Bedrock => (
+                        crate::bedrock::stream(&answer),
+                        crate::bedrock::STREAM_CONTENT_TYPE,
+                    ),
                 };
-                stream_body(bytes, chunk_bytes, gap, break_early)
+                stream_body(bytes, content_type, chunk_bytes, gap, break_early)
             } else {
                 let body = match format {
                     Format::OpenAi => openai_body(&answer),
                     Format::Anthropic => anthropic_body(&answer),
+                    Format::Gemini => crate::gemini::body(&answer),
+                    Format::Bedrock => crate::bedrock::body(&answer),
                 };
                 axum::Json(body).into_response()
             }
@@ -349,7 +423,13 @@ pub struct Answer {
     pub model: String,
 }
 
-fn stream_body(bytes: Vec<u8>, chunk_bytes: usize, gap: Duration, break_early: bool) -> Response {
+fn stream_body(
+    bytes: Vec<u8>,
+    content_type: &'static str,
+    chunk_bytes: usize,
+    gap: Duration,
+    break_early: bool,
+) -> Response {
     let mut pieces: Vec<Bytes> = bytes
         .chunks(chunk_bytes)
         .map(Bytes::copy_from_slice)
@@ -378,7 +458,7 @@ fn stream_body(bytes: Vec<u8>, chunk_bytes: usize, gap: Duration, break_early: b
         },
     );
     Response::builder()
-        .header("content-type", "text/event-stream")
+        .header("content-type", content_type)
         .body(Body::from_stream(stream))
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }

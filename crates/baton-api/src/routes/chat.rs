@@ -8,8 +8,10 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use baton_domain::chat::{InferenceRequest, Usage};
+use baton_domain::chat::{InferenceRequest, InferenceResponse, ResponseAccumulator};
+use baton_domain::customer::validate_external_id;
 use baton_domain::model::ModelRef;
+use baton_domain::run::{COMPATIBLE_ENVIRONMENT, RunKind};
 use baton_domain::tags::parse_tag_header;
 use baton_providers::{DeltaStream, Provider};
 use futures::{Stream, StreamExt};
@@ -21,6 +23,7 @@ use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
+use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 
 /// A model resolved to the provider that serves it.
@@ -99,39 +102,108 @@ fn now_secs() -> i64 {
     ))]
 pub async fn chat_completions(
     State(state): State<AppState>,
-    _principal: Principal,
+    principal: Principal,
     axum::Extension(request_id): axum::Extension<RequestId>,
     headers: HeaderMap,
     Json(body): Json<ChatCompletionRequest>,
 ) -> ApiResult<Response> {
-    let _tags = header_tags(&headers)?;
+    let tags = header_tags(&headers)?;
     let parsed = parse(body)?;
+    let customer = customer_of(&headers, parsed.customer.as_deref())?;
     let target = resolve(&state, &parsed.model, "model")?;
+    let settings = state.tenant_settings(&principal.tenant).await?;
+    let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
     let mut inference: InferenceRequest = parsed.inference;
     inference.model = target.model.clone();
+
+    let mut log = RunLog::start(
+        state.runs.clone(),
+        pricing,
+        request_id.0.clone(),
+        principal.tenant.clone(),
+        RunKind::Chat,
+        parsed.model.clone(),
+    );
+    if let Some(record) = log.record_mut() {
+        record.environment = Some(COMPATIBLE_ENVIRONMENT.to_string());
+        record.tags = tags;
+        record.customer_external_id = customer;
+    }
+    log.set_request(serde_json::to_value(&inference).unwrap_or(Value::Null));
     let created = now_secs();
 
     if !parsed.stream {
-        let response = target.provider.infer(&inference).await?;
-        let served = format!(
-            "{}/{}",
-            target.provider_key,
-            response.model_or(&target.model)
-        );
-        return Ok(
-            axum::Json(completion(&request_id.0, created, served, &response)).into_response(),
-        );
+        return match target.provider.infer(&inference).await {
+            Ok(response) => {
+                log.succeed(&target.provider_key, &target.model, &response)
+                    .await;
+                let served = format!(
+                    "{}/{}",
+                    target.provider_key,
+                    response.model_or(&target.model)
+                );
+                Ok(
+                    axum::Json(completion(&request_id.0, created, served, &response))
+                        .into_response(),
+                )
+            }
+            Err(err) => {
+                let err = ApiError::from(err);
+                log.fail(Some(&target.provider_key), Some(&target.model), &err)
+                    .await;
+                Err(err)
+            }
+        };
     }
 
     // Errors before the first byte are ordinary error responses; later ones are error chunks.
-    let upstream = target.provider.infer_stream(&inference).await?;
+    let upstream = match target.provider.infer_stream(&inference).await {
+        Ok(upstream) => upstream,
+        Err(err) => {
+            let err = ApiError::from(err);
+            log.fail(Some(&target.provider_key), Some(&target.model), &err)
+                .await;
+            return Err(err);
+        }
+    };
     let writer = ChunkWriter::new(
         request_id.0.clone(),
         created,
         format!("{}/{}", target.provider_key, target.model),
     );
-    let events = chunk_events(upstream, writer, inference.stream_usage, request_id.0);
-    Ok(Sse::new(events).into_response())
+    let state = ChunkStream {
+        upstream,
+        writer,
+        accumulator: ResponseAccumulator::new(target.model.clone()),
+        include_usage: inference.stream_usage,
+        request_id: request_id.0,
+        next_id: 0,
+        phase: Phase::Start,
+        log: Some(log),
+        provider_key: target.provider_key,
+        model: target.model,
+    };
+    Ok(Sse::new(chunk_events(state)).into_response())
+}
+
+/// Customer attribution: `X-Baton-Customer-Id`, else body `customerId`, else `user`.
+fn customer_of(headers: &HeaderMap, body: Option<&str>) -> ApiResult<Option<String>> {
+    let header = match headers.get("x-baton-customer-id") {
+        Some(value) => Some(value.to_str().map_err(|_| {
+            ApiError::validation(
+                "X-Baton-Customer-Id",
+                "X-Baton-Customer-Id must be ASCII text",
+            )
+        })?),
+        None => None,
+    };
+    match header {
+        Some(id) => Ok(Some(validate_external_id(id, "X-Baton-Customer-Id")?)),
+        None => body
+            .map(|id| validate_external_id(id, "customerId"))
+            .transpose()
+            .map_err(Into::into),
+    }
 }
 
 trait ServedModel {
@@ -157,11 +229,15 @@ enum Phase {
 struct ChunkStream {
     upstream: DeltaStream,
     writer: ChunkWriter,
-    usage: Usage,
+    accumulator: ResponseAccumulator,
     include_usage: bool,
     request_id: String,
     next_id: u64,
     phase: Phase,
+    /// Taken when the stream ends; still here on drop means the client went away.
+    log: Option<RunLog>,
+    provider_key: String,
+    model: String,
 }
 
 impl ChunkStream {
@@ -176,24 +252,32 @@ impl ChunkStream {
         self.next_id += 1;
         Event::default().id(id.to_string()).data("[DONE]")
     }
+
+    fn partial(&self) -> InferenceResponse {
+        self.accumulator.snapshot()
+    }
+}
+
+impl Drop for ChunkStream {
+    fn drop(&mut self) {
+        if let Some(mut log) = self.log.take() {
+            // The client disconnected mid-stream: dropping `upstream` cancels the provider call;
+            // what was produced so far is still logged and billed.
+            let partial = self.partial();
+            log.finish_partial(
+                &self.provider_key,
+                &self.model,
+                &partial,
+                "CLIENT_DISCONNECTED",
+                "the client closed the stream",
+            );
+            log.flush_in_background();
+        }
+    }
 }
 
 /// Relays upstream deltas as chunks: role chunk, content chunks, final usage chunk, `[DONE]`.
-fn chunk_events(
-    upstream: DeltaStream,
-    writer: ChunkWriter,
-    include_usage: bool,
-    request_id: String,
-) -> impl Stream<Item = Result<Event, Infallible>> + Send {
-    let state = ChunkStream {
-        upstream,
-        writer,
-        usage: Usage::default(),
-        include_usage,
-        request_id,
-        next_id: 0,
-        phase: Phase::Start,
-    };
+fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     futures::stream::unfold(state, |mut state| async move {
         let mut batch = Vec::new();
         match state.phase {
@@ -204,9 +288,7 @@ fn chunk_events(
             }
             Phase::Relay => match state.upstream.next().await {
                 Some(Ok(delta)) => {
-                    if let baton_domain::chat::StreamDelta::Usage(usage) = &delta {
-                        state.usage.merge(*usage);
-                    }
+                    state.accumulator.push(&delta);
                     if let Some(chunk) = state.writer.delta(&delta) {
                         batch.push(state.event(&chunk));
                     }
@@ -220,14 +302,30 @@ fn chunk_events(
                     batch.push(state.event(&body));
                     batch.push(state.done());
                     state.phase = Phase::Done;
+                    if let Some(mut log) = state.log.take() {
+                        let partial = state.partial();
+                        log.finish_partial(
+                            &state.provider_key,
+                            &state.model,
+                            &partial,
+                            error.code(),
+                            &error.to_string(),
+                        );
+                        log.flush().await;
+                    }
                 }
                 None => {
                     if state.include_usage {
-                        let usage = state.writer.usage(&state.usage);
+                        let usage = state.writer.usage(&state.accumulator.usage());
                         batch.push(state.event(&usage));
                     }
                     batch.push(state.done());
                     state.phase = Phase::Done;
+                    if let Some(log) = state.log.take() {
+                        let response = state.partial();
+                        log.succeed(&state.provider_key, &state.model, &response)
+                            .await;
+                    }
                 }
             },
             Phase::Done => return None,

@@ -51,7 +51,10 @@ pub async fn update_settings(
             .replace_tenant_settings(&principal.tenant, current.version, &next)
             .await
         {
-            Ok(saved) => return Ok(axum::Json(saved.settings)),
+            Ok(saved) => {
+                state.forget_settings(&principal.tenant).await;
+                return Ok(axum::Json(saved.settings));
+            }
             Err(StoreError::Conflict { .. }) => continue,
             Err(other) => return Err(other.into()),
         }

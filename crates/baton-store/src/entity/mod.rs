@@ -3,6 +3,9 @@
 pub mod api_keys;
 pub mod customers;
 pub mod environments;
+pub mod run_events;
+pub mod run_tags;
+pub mod runs;
 pub mod server_secrets;
 pub mod tenants;
 pub mod users;

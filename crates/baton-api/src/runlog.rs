@@ -1,0 +1,215 @@
+//! Recording a request in the invocation log: a [`RunLog`] is opened when the request starts
+//! and finished once; the record goes to the batched writer, never to the database directly.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use baton_domain::chat::{InferenceResponse, Usage};
+use baton_domain::run::{Attempt, RunKind, RunRecord, RunStatus};
+use baton_domain::settings::TenantSettings;
+use baton_domain::{TenantId, Timestamp};
+use baton_ledger::{Cost, Price, price_inference};
+use baton_providers::Catalogue;
+use baton_store::runs::{LogItem, RunWriter, new_record};
+use serde_json::Value;
+
+use crate::error::ApiError;
+
+/// What pricing needs to know about the request's tenant and model.
+#[derive(Clone)]
+pub struct Pricing {
+    pub catalogue: Arc<Catalogue>,
+    pub markup_percent: f64,
+}
+
+impl Pricing {
+    pub fn new(catalogue: Arc<Catalogue>, settings: &TenantSettings) -> Self {
+        Self {
+            catalogue,
+            markup_percent: settings.markup_percent,
+        }
+    }
+
+    /// Prices by the served model, else the requested one; a model missing from the catalogue
+    /// costs 0 and is flagged `pricingUncertain`.
+    pub fn cost(&self, provider: &str, served: &str, requested: &str, usage: &Usage) -> Cost {
+        let descriptor = self
+            .catalogue
+            .lookup_served(provider, served)
+            .or_else(|| self.catalogue.get(provider, requested));
+        match descriptor {
+            Some(d) => price_inference(
+                usage,
+                &Price::of(d, self.catalogue.web_search_fee(provider)),
+                self.markup_percent,
+            ),
+            None => Cost::uncertain(),
+        }
+    }
+}
+
+pub struct RunLog {
+    record: Option<RunRecord>,
+    started: Instant,
+    writer: RunWriter,
+    pricing: Pricing,
+}
+
+impl RunLog {
+    pub fn start(
+        writer: RunWriter,
+        pricing: Pricing,
+        id: String,
+        tenant: TenantId,
+        kind: RunKind,
+        requested_model: String,
+    ) -> RunLog {
+        RunLog {
+            record: Some(new_record(id, tenant, kind, requested_model)),
+            started: Instant::now(),
+            writer,
+            pricing,
+        }
+    }
+
+    pub fn record_mut(&mut self) -> Option<&mut RunRecord> {
+        self.record.as_mut()
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Fills in the outcome of a model call (whole or partial) and prices it.
+    fn settle(
+        &mut self,
+        provider: &str,
+        model: &str,
+        response: &InferenceResponse,
+        status: RunStatus,
+    ) {
+        let duration_ms = self.elapsed_ms();
+        let pricing = self.pricing.clone();
+        if let Some(record) = self.record.as_mut() {
+            let served = if response.model.is_empty() {
+                model
+            } else {
+                response.model.as_str()
+            };
+            let cost = pricing.cost(provider, served, model, &response.usage);
+            record.provider = Some(provider.to_string());
+            record.served_model = Some(format!("{provider}/{served}"));
+            record.status = status;
+            record.finish_reason = Some(response.finish_reason.as_openai().to_string());
+            record.usage = response.usage;
+            record.cost_credits = cost.billed.0;
+            record.raw_cost_credits = cost.raw.0;
+            record.pricing_uncertain = cost.pricing_uncertain;
+            record.duration_ms = duration_ms;
+            record.response = Some(serde_json::json!({
+                "text": response.text,
+                "toolCalls": response.tool_calls,
+                "citations": response.citations,
+                "finishReason": response.finish_reason.as_openai(),
+            }));
+            record.attempts.push(Attempt {
+                model: format!("{provider}/{model}"),
+                outcome: if status == RunStatus::Succeeded {
+                    "succeeded".into()
+                } else {
+                    "failed".into()
+                },
+                duration_ms,
+            });
+            record.completed_at = Some(Timestamp::now());
+        }
+    }
+
+    pub async fn succeed(mut self, provider: &str, model: &str, response: &InferenceResponse) {
+        self.settle(provider, model, response, RunStatus::Succeeded);
+        self.flush().await;
+    }
+
+    pub async fn fail(mut self, provider: Option<&str>, model: Option<&str>, error: &ApiError) {
+        self.mark_failed(provider, model, error.code(), &error.to_string());
+        self.flush().await;
+    }
+
+    fn mark_failed(
+        &mut self,
+        provider: Option<&str>,
+        model: Option<&str>,
+        code: &str,
+        message: &str,
+    ) {
+        let duration_ms = self.elapsed_ms();
+        if let Some(record) = self.record.as_mut() {
+            record.status = RunStatus::Failed;
+            record.error_code = Some(code.to_string());
+            record.error_message = Some(message.to_string());
+            record.duration_ms = duration_ms;
+            record.completed_at = Some(Timestamp::now());
+            if let (Some(provider), Some(model)) = (provider, model) {
+                record.provider = Some(provider.to_string());
+                record.attempts.push(Attempt {
+                    model: format!("{provider}/{model}"),
+                    outcome: code.to_string(),
+                    duration_ms,
+                });
+            }
+        }
+    }
+
+    /// A stream that ended early (client gone or upstream broken): what was produced is kept
+    /// and billed.
+    pub fn finish_partial(
+        &mut self,
+        provider: &str,
+        model: &str,
+        partial: &InferenceResponse,
+        code: &str,
+        message: &str,
+    ) {
+        let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
+        self.settle(
+            provider,
+            model,
+            partial,
+            if produced {
+                RunStatus::Succeeded
+            } else {
+                RunStatus::Failed
+            },
+        );
+        if let Some(record) = self.record.as_mut() {
+            record.error_code = Some(code.to_string());
+            record.error_message = Some(message.to_string());
+        }
+    }
+
+    pub async fn flush(mut self) {
+        if let Some(record) = self.record.take()
+            && let Err(err) = self.writer.write(LogItem::Run(Box::new(record))).await
+        {
+            tracing::error!(error = %err, "could not queue an invocation log row");
+        }
+    }
+
+    /// For `Drop` paths that cannot await: queues from a task.
+    pub fn flush_in_background(mut self) {
+        if let Some(record) = self.record.take() {
+            let writer = self.writer.clone();
+            tokio::spawn(async move {
+                if let Err(err) = writer.write(LogItem::Run(Box::new(record))).await {
+                    tracing::error!(error = %err, "could not queue an invocation log row");
+                }
+            });
+        }
+    }
+
+    pub fn set_request(&mut self, request: Value) {
+        if let Some(record) = self.record.as_mut() {
+            record.request = Some(request);
+        }
+    }
+}

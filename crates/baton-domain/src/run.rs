@@ -1,0 +1,122 @@
+//! Runs: one row of the invocation log per request (and per sub-agent request).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::chat::Usage;
+use crate::{TenantId, Timestamp};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RunStatus {
+    Pending,
+    Succeeded,
+    Failed,
+}
+
+impl RunStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "Pending",
+            RunStatus::Succeeded => "Succeeded",
+            RunStatus::Failed => "Failed",
+        }
+    }
+
+    pub fn parse(raw: &str) -> Option<RunStatus> {
+        match raw.to_ascii_lowercase().as_str() {
+            "pending" => Some(RunStatus::Pending),
+            "succeeded" => Some(RunStatus::Succeeded),
+            "failed" => Some(RunStatus::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// What kind of request made the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RunKind {
+    /// `/chat/completions`.
+    Chat,
+    /// `/inference`.
+    Inference,
+    /// A flow run.
+    Flow,
+}
+
+impl RunKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunKind::Chat => "chat",
+            RunKind::Inference => "inference",
+            RunKind::Flow => "flow",
+        }
+    }
+}
+
+/// The environment label of requests made through the compatible endpoint.
+pub const COMPATIBLE_ENVIRONMENT: &str = "openai-compatible";
+
+/// One model call tried for the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Attempt {
+    pub model: String,
+    /// `succeeded`, or the error code that ended the attempt.
+    pub outcome: String,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunRecord {
+    pub id: String,
+    #[serde(skip)]
+    pub tenant: Option<TenantId>,
+    pub root_id: String,
+    pub parent_id: Option<String>,
+    pub depth: u32,
+    pub agent_role: Option<String>,
+    pub kind: RunKind,
+    pub environment: Option<String>,
+    pub flow_name: Option<String>,
+    pub requested_model: String,
+    pub served_model: Option<String>,
+    pub provider: Option<String>,
+    pub status: RunStatus,
+    pub finish_reason: Option<String>,
+    pub usage: Usage,
+    /// Billed cost (with the tenant's markup), in credits.
+    pub cost_credits: i64,
+    /// Catalogue price, in credits.
+    pub raw_cost_credits: i64,
+    pub pricing_uncertain: bool,
+    pub duration_ms: u64,
+    pub customer_id: Option<String>,
+    pub customer_external_id: Option<String>,
+    pub tags: Vec<String>,
+    /// The request as sent (messages, model, parameters), JSON; absent when retention dropped it.
+    pub request: Option<Value>,
+    /// The response (text, tool calls, citations, finish reason), JSON.
+    pub response: Option<Value>,
+    pub error_code: Option<String>,
+    pub error_message: Option<String>,
+    pub detail_dropped: bool,
+    pub fallback_used: bool,
+    pub attempts: Vec<Attempt>,
+    pub is_debug: bool,
+    pub created_at: Timestamp,
+    pub completed_at: Option<Timestamp>,
+}
+
+/// A stream event kept for `/llm-logs/{id}/events`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredEvent {
+    pub id: String,
+    pub run_id: String,
+    pub seq: u32,
+    pub event_type: String,
+    pub payload: Value,
+    pub created_at: Timestamp,
+}

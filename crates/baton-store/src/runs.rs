@@ -1,0 +1,467 @@
+//! The invocation log: runs, their tags and stored events, written in batches by [`RunWriter`].
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use baton_domain::chat::Usage;
+use baton_domain::run::{RunKind, RunRecord, RunStatus, StoredEvent};
+use baton_domain::{TenantId, Timestamp};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::entity::{run_events, run_tags, runs};
+use crate::time::{from_millis, to_millis};
+use crate::{Store, StoreError, StoreResult};
+
+fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn json_text<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
+}
+
+fn to_active(record: &RunRecord, tenant: &str) -> runs::ActiveModel {
+    runs::ActiveModel {
+        id: Set(record.id.clone()),
+        tenant_id: Set(tenant.to_string()),
+        root_id: Set(record.root_id.clone()),
+        parent_id: Set(record.parent_id.clone()),
+        depth: Set(i32::try_from(record.depth).unwrap_or(i32::MAX)),
+        agent_role: Set(record.agent_role.clone()),
+        kind: Set(record.kind.as_str().to_string()),
+        environment: Set(record.environment.clone()),
+        flow_name: Set(record.flow_name.clone()),
+        requested_model: Set(record.requested_model.clone()),
+        served_model: Set(record.served_model.clone()),
+        provider: Set(record.provider.clone()),
+        status: Set(record.status.as_str().to_string()),
+        finish_reason: Set(record.finish_reason.clone()),
+        tokens_in: Set(to_i64(record.usage.tokens_in)),
+        tokens_out: Set(to_i64(record.usage.tokens_out)),
+        reasoning_tokens: Set(to_i64(record.usage.reasoning_tokens)),
+        cached_tokens: Set(to_i64(record.usage.cached_tokens)),
+        web_search_calls: Set(to_i64(record.usage.web_search_calls)),
+        cost_credits: Set(record.cost_credits),
+        raw_cost_credits: Set(record.raw_cost_credits),
+        pricing_uncertain: Set(record.pricing_uncertain),
+        duration_ms: Set(to_i64(record.duration_ms)),
+        customer_id: Set(record.customer_id.clone()),
+        customer_external_id: Set(record.customer_external_id.clone()),
+        tags: Set(json_text(&record.tags)),
+        request_text: Set(record.request.as_ref().map(json_text)),
+        response_text: Set(record.response.as_ref().map(json_text)),
+        error_code: Set(record.error_code.clone()),
+        error_message: Set(record.error_message.clone()),
+        detail_dropped: Set(record.detail_dropped),
+        fallback_used: Set(record.fallback_used),
+        attempts: Set(json_text(&record.attempts)),
+        is_debug: Set(record.is_debug),
+        cancel_requested_at: Set(None),
+        cancelled_at: Set(None),
+        cancel_requested_by: Set(None),
+        created_at: Set(to_millis(record.created_at)),
+        completed_at: Set(record.completed_at.map(to_millis)),
+    }
+}
+
+fn from_model(m: runs::Model) -> RunRecord {
+    let parse = |text: &Option<String>| text.as_deref().and_then(|t| serde_json::from_str(t).ok());
+    let to_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
+    RunRecord {
+        tenant: Some(TenantId::new(m.tenant_id.clone())),
+        root_id: m.root_id,
+        parent_id: m.parent_id,
+        depth: u32::try_from(m.depth).unwrap_or(0),
+        agent_role: m.agent_role,
+        kind: match m.kind.as_str() {
+            "inference" => RunKind::Inference,
+            "flow" => RunKind::Flow,
+            _ => RunKind::Chat,
+        },
+        environment: m.environment,
+        flow_name: m.flow_name,
+        requested_model: m.requested_model,
+        served_model: m.served_model,
+        provider: m.provider,
+        status: RunStatus::parse(&m.status).unwrap_or(RunStatus::Failed),
+        finish_reason: m.finish_reason,
+        usage: Usage {
+            tokens_in: to_u64(m.tokens_in),
+            tokens_out: to_u64(m.tokens_out),
+            reasoning_tokens: to_u64(m.reasoning_tokens),
+            cached_tokens: to_u64(m.cached_tokens),
+            web_search_calls: to_u64(m.web_search_calls),
+        },
+        cost_credits: m.cost_credits,
+        raw_cost_credits: m.raw_cost_credits,
+        pricing_uncertain: m.pricing_uncertain,
+        duration_ms: to_u64(m.duration_ms),
+        customer_id: m.customer_id,
+        customer_external_id: m.customer_external_id,
+        tags: serde_json::from_str(&m.tags).unwrap_or_default(),
+        request: parse(&m.request_text),
+        response: parse(&m.response_text),
+        error_code: m.error_code,
+        error_message: m.error_message,
+        detail_dropped: m.detail_dropped,
+        fallback_used: m.fallback_used,
+        attempts: serde_json::from_str(&m.attempts).unwrap_or_default(),
+        is_debug: m.is_debug,
+        created_at: from_millis(m.created_at),
+        completed_at: m.completed_at.map(from_millis),
+        id: m.id,
+    }
+}
+
+impl Store {
+    /// Writes runs (insert, or replace a run written before) with their tags and events, in one
+    /// transaction. Customers named by external id are created on first use.
+    pub async fn write_runs(
+        &self,
+        records: &[RunRecord],
+        events: &[(TenantId, StoredEvent)],
+    ) -> StoreResult<()> {
+        let mut customers: HashMap<(String, String), String> = HashMap::new();
+        for record in records {
+            if let (Some(tenant), Some(external)) = (&record.tenant, &record.customer_external_id)
+                && record.customer_id.is_none()
+            {
+                let key = (tenant.as_str().to_string(), external.clone());
+                if let std::collections::hash_map::Entry::Vacant(slot) = customers.entry(key) {
+                    slot.insert(self.ensure_customer(tenant, external).await?.id);
+                }
+            }
+        }
+        let txn = self.conn().begin().await?;
+        for record in records {
+            let tenant = record.tenant.as_ref().ok_or_else(|| {
+                StoreError::Corrupt("run", format!("run {} has no tenant", record.id))
+            })?;
+            let mut active = to_active(record, tenant.as_str());
+            if let Some(external) = &record.customer_external_id
+                && let Some(id) = customers.get(&(tenant.as_str().to_string(), external.clone()))
+            {
+                active.customer_id = Set(Some(id.clone()));
+            }
+            runs::Entity::insert(active)
+                .on_conflict(
+                    OnConflict::column(runs::Column::Id)
+                        .update_columns([
+                            runs::Column::ServedModel,
+                            runs::Column::Provider,
+                            runs::Column::Status,
+                            runs::Column::FinishReason,
+                            runs::Column::TokensIn,
+                            runs::Column::TokensOut,
+                            runs::Column::ReasoningTokens,
+                            runs::Column::CachedTokens,
+                            runs::Column::WebSearchCalls,
+                            runs::Column::CostCredits,
+                            runs::Column::RawCostCredits,
+                            runs::Column::PricingUncertain,
+                            runs::Column::DurationMs,
+                            runs::Column::ResponseText,
+                            runs::Column::ErrorCode,
+                            runs::Column::ErrorMessage,
+                            runs::Column::FallbackUsed,
+                            runs::Column::Attempts,
+                            runs::Column::CompletedAt,
+                        ])
+                        .to_owned(),
+                )
+                .exec(&txn)
+                .await?;
+            let tags: Vec<run_tags::ActiveModel> = record
+                .tags
+                .iter()
+                .map(|tag| run_tags::ActiveModel {
+                    run_id: Set(record.id.clone()),
+                    tag: Set(tag.clone()),
+                    tenant_id: Set(tenant.as_str().to_string()),
+                    created_at: Set(to_millis(record.created_at)),
+                })
+                .collect();
+            if !tags.is_empty() {
+                run_tags::Entity::insert_many(tags)
+                    .on_conflict_do_nothing_on([run_tags::Column::RunId, run_tags::Column::Tag])
+                    .exec(&txn)
+                    .await?;
+            }
+        }
+        if !events.is_empty() {
+            let rows: Vec<run_events::ActiveModel> = events
+                .iter()
+                .map(|(tenant, e)| run_events::ActiveModel {
+                    id: Set(e.id.clone()),
+                    run_id: Set(e.run_id.clone()),
+                    tenant_id: Set(tenant.as_str().to_string()),
+                    seq: Set(i32::try_from(e.seq).unwrap_or(i32::MAX)),
+                    event_type: Set(e.event_type.clone()),
+                    payload: Set(json_text(&e.payload)),
+                    created_at: Set(to_millis(e.created_at)),
+                })
+                .collect();
+            run_events::Entity::insert_many(rows)
+                .on_conflict_do_nothing()
+                .exec(&txn)
+                .await?;
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    pub async fn get_run(&self, tenant: &TenantId, id: &str) -> StoreResult<RunRecord> {
+        runs::Entity::find_by_id(id)
+            .filter(runs::Column::TenantId.eq(tenant.as_str()))
+            .one(self.conn())
+            .await?
+            .map(from_model)
+            .ok_or_else(|| StoreError::not_found("run", id))
+    }
+
+    /// Every run of the tenant, oldest first (tests and exports; the paged log comes later).
+    pub async fn list_runs(&self, tenant: &TenantId) -> StoreResult<Vec<RunRecord>> {
+        Ok(runs::Entity::find()
+            .filter(runs::Column::TenantId.eq(tenant.as_str()))
+            .order_by_asc(runs::Column::CreatedAt)
+            .order_by_asc(runs::Column::Id)
+            .all(self.conn())
+            .await?
+            .into_iter()
+            .map(from_model)
+            .collect())
+    }
+
+    pub async fn run_events(
+        &self,
+        tenant: &TenantId,
+        run_id: &str,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        Ok(run_events::Entity::find()
+            .filter(run_events::Column::TenantId.eq(tenant.as_str()))
+            .filter(run_events::Column::RunId.eq(run_id))
+            .order_by_asc(run_events::Column::Seq)
+            .all(self.conn())
+            .await?
+            .into_iter()
+            .map(|m| StoredEvent {
+                id: m.id,
+                run_id: m.run_id,
+                seq: u32::try_from(m.seq).unwrap_or(0),
+                event_type: m.event_type,
+                payload: serde_json::from_str(&m.payload).unwrap_or_default(),
+                created_at: from_millis(m.created_at),
+            })
+            .collect())
+    }
+}
+
+/// What the writer is given.
+#[derive(Debug)]
+pub enum LogItem {
+    Run(Box<RunRecord>),
+    Events(TenantId, Vec<StoredEvent>),
+}
+
+enum Message {
+    Item(LogItem),
+    /// Flush everything queued before this, then stop.
+    Close(oneshot::Sender<()>),
+}
+
+/// Writes the invocation log off the request path: callers queue items (waiting for room when
+/// the queue is full: back-pressure, never loss); a task writes them in batches.
+#[derive(Clone)]
+pub struct RunWriter {
+    tx: mpsc::Sender<Message>,
+    capacity: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct WriterOptions {
+    pub capacity: usize,
+    pub batch: usize,
+    /// Longest a queued item waits for its batch to fill.
+    pub max_delay: Duration,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        Self {
+            capacity: 10_000,
+            batch: 256,
+            max_delay: Duration::from_millis(20),
+        }
+    }
+}
+
+impl RunWriter {
+    pub fn spawn(store: Store, options: WriterOptions) -> RunWriter {
+        let (tx, rx) = mpsc::channel(options.capacity.max(1));
+        tokio::spawn(run_writer(store, rx, options.clone()));
+        RunWriter {
+            tx,
+            capacity: options.capacity.max(1),
+        }
+    }
+
+    /// Queues an item, waiting while the queue is full.
+    pub async fn write(&self, item: LogItem) -> StoreResult<()> {
+        self.tx
+            .send(Message::Item(item))
+            .await
+            .map_err(|_| StoreError::Unavailable("the invocation log writer has stopped".into()))
+    }
+
+    /// Items waiting to be written.
+    pub fn queue_depth(&self) -> usize {
+        self.capacity - self.tx.capacity()
+    }
+
+    /// Writes everything queued so far, then stops the writer.
+    pub async fn close(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.tx.send(Message::Close(ack)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+}
+
+async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: WriterOptions) {
+    let mut buffer: Vec<Message> = Vec::with_capacity(options.batch);
+    loop {
+        if rx.recv_many(&mut buffer, options.batch).await == 0 {
+            return;
+        }
+        // Give a batch a moment to fill when the first item arrives alone.
+        if buffer.len() < options.batch {
+            let deadline = tokio::time::sleep(options.max_delay);
+            tokio::pin!(deadline);
+            while buffer.len() < options.batch {
+                let room = options.batch - buffer.len();
+                tokio::select! {
+                    () = &mut deadline => break,
+                    received = rx.recv_many(&mut buffer, room) => if received == 0 { break },
+                }
+                if buffer.iter().any(|m| matches!(m, Message::Close(_))) {
+                    break;
+                }
+            }
+        }
+        let mut records = Vec::new();
+        let mut events = Vec::new();
+        let mut close = None;
+        for message in buffer.drain(..) {
+            match message {
+                Message::Item(LogItem::Run(record)) => records.push(*record),
+                Message::Item(LogItem::Events(tenant, list)) => {
+                    events.extend(list.into_iter().map(|e| (tenant.clone(), e)))
+                }
+                Message::Close(ack) => close = Some(ack),
+            }
+        }
+        write_with_retry(&store, &records, &events, close.is_some()).await;
+        if let Some(ack) = close {
+            // Anything queued after the close request is written too before stopping.
+            let mut rest = Vec::new();
+            while let Ok(message) = rx.try_recv() {
+                rest.push(message);
+            }
+            let (records, events): (Vec<_>, Vec<_>) =
+                rest.into_iter()
+                    .fold((Vec::new(), Vec::new()), |(mut r, mut e), m| {
+                        match m {
+                            Message::Item(LogItem::Run(record)) => r.push(*record),
+                            Message::Item(LogItem::Events(tenant, list)) => {
+                                e.extend(list.into_iter().map(|x| (tenant.clone(), x)))
+                            }
+                            Message::Close(other) => {
+                                let _ = other.send(());
+                            }
+                        }
+                        (r, e)
+                    });
+            write_with_retry(&store, &records, &events, true).await;
+            let _ = ack.send(());
+            return;
+        }
+    }
+}
+
+/// Retries a failed batch with backoff: the log is not dropped because the database blinked.
+/// While shutting down, gives up after a few attempts so the process can exit.
+async fn write_with_retry(
+    store: &Store,
+    records: &[RunRecord],
+    events: &[(TenantId, StoredEvent)],
+    closing: bool,
+) {
+    if records.is_empty() && events.is_empty() {
+        return;
+    }
+    let mut delay = Duration::from_millis(100);
+    let mut attempt = 0u32;
+    loop {
+        match store.write_runs(records, events).await {
+            Ok(()) => return,
+            Err(err) => {
+                attempt += 1;
+                tracing::error!(error = %err, attempt, runs = records.len(), "could not write the invocation log; retrying");
+                if closing && attempt >= 5 {
+                    tracing::error!(
+                        runs = records.len(),
+                        "giving up on invocation log rows at shutdown"
+                    );
+                    return;
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// A fresh run record with every counter at zero.
+pub fn new_record(
+    id: String,
+    tenant: TenantId,
+    kind: RunKind,
+    requested_model: String,
+) -> RunRecord {
+    RunRecord {
+        root_id: id.clone(),
+        id,
+        tenant: Some(tenant),
+        parent_id: None,
+        depth: 0,
+        agent_role: None,
+        kind,
+        environment: None,
+        flow_name: None,
+        requested_model,
+        served_model: None,
+        provider: None,
+        status: RunStatus::Pending,
+        finish_reason: None,
+        usage: Usage::default(),
+        cost_credits: 0,
+        raw_cost_credits: 0,
+        pricing_uncertain: false,
+        duration_ms: 0,
+        customer_id: None,
+        customer_external_id: None,
+        tags: Vec::new(),
+        request: None,
+        response: None,
+        error_code: None,
+        error_message: None,
+        detail_dropped: false,
+        fallback_used: false,
+        attempts: Vec::new(),
+        is_debug: false,
+        created_at: Timestamp::now(),
+        completed_at: None,
+    }
+}
