@@ -653,3 +653,81 @@ async fn streams_are_logged_and_a_client_that_leaves_still_gets_its_partial_usag
     assert_eq!(run.usage.tokens_in, 50, "the partial usage is kept");
     assert!(run.cost_credits > 0, "what was produced is billed");
 }
+
+#[tokio::test]
+async fn direct_inference_in_the_service_format() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    mock.push(Reply::text(r#"{"answer": 42}"#).with_usage(100, 20));
+    let response = crate::helpers::send(
+        app.client
+            .post(app.url("/api/v1/inference"))
+            .bearer_auth(&key)
+            .header("x-baton-tags", "Source:header")
+            .json(&json!({
+                "model": "anthropic/claude-haiku-4-5",
+                "messages": [{"role": "user", "content": "The answer?"}],
+                "environment": "staging",
+                "temperature": 0.1, "top_k": 40, "max_tokens": 300, "max_thinking_tokens": 2048,
+                "response_schema": {"type": "object", "properties": {"answer": {"type": "integer"}}},
+                "vendor_tools": ["web_search_20250305"],
+                "tags": ["Source:body"], "is_debug": true, "customerId": "cust-inf"
+            })),
+    )
+    .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let body = response.json();
+    assert_eq!(body["json"], json!({"answer": 42}));
+    assert_eq!(body["served_model"], "anthropic/claude-haiku-4-5");
+    assert_eq!(body["usage"]["tokens_in"], 100);
+    assert_eq!(body["finish_reason"], "stop");
+    let sent = mock.received().pop().unwrap().body;
+    assert_eq!(sent["top_k"], 40);
+    assert_eq!(sent["thinking"]["budget_tokens"], 2048);
+    assert!(
+        sent["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["type"] == "web_search_20250305")
+    );
+
+    let run = wait_for_run(&app, body["id"].as_str().unwrap()).await;
+    assert_eq!(run.kind, baton_domain::run::RunKind::Inference);
+    assert_eq!(run.environment.as_deref(), Some("staging"));
+    assert_eq!(run.tags, ["Source:body", "Source:header"]);
+    assert!(run.is_debug);
+    assert_eq!(run.customer_external_id.as_deref(), Some("cust-inf"));
+    assert_eq!(body["usage"]["cost_credits"], run.cost_credits);
+
+    // Field errors are named; a vendor tool the provider cannot run is refused before sending.
+    let post = |b: Value| app.post("/api/v1/inference", &key, b);
+    let msgs = json!([{"role": "user", "content": "x"}]);
+    assert_eq!(
+        post(
+            json!({"model": "openai/gpt-4o-mini", "messages": msgs, "vendor_tools": ["teleport"]})
+        )
+        .await
+        .error(400, "VALIDATION_ERROR")["param"],
+        "vendor_tools[0]"
+    );
+    assert_eq!(
+        post(json!({"model": "openai/gpt-4o-mini", "messages": msgs, "top_p": 3}))
+            .await
+            .error(400, "VALIDATION_ERROR")["param"],
+        "top_p"
+    );
+    assert_eq!(
+        post(json!({"model": "openai/gpt-4o-mini", "messages": msgs, "response_schema": 5}))
+            .await
+            .error(400, "VALIDATION_ERROR")["param"],
+        "response_schema"
+    );
+    assert_eq!(
+        post(json!({"model": "openai/gpt-4o-mini", "messages": msgs, "colour": 1}))
+            .await
+            .error(400, "VALIDATION_ERROR")["param"],
+        "colour"
+    );
+    post(json!({"model": "anthropic/claude-haiku-4-5", "messages": msgs, "vendor_tools": ["code_interpreter"]})).await.error(400, "UNSUPPORTED");
+}

@@ -25,6 +25,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET", "/api/v1/models/descriptors"),
     ("GET", "/api/v1/providers"),
     ("POST", "/api/v1/chat/completions"),
+    ("POST", "/api/v1/inference"),
 ];
 
 #[tokio::test]

@@ -240,7 +240,7 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
     })
 }
 
-fn message(wire: WireMessage, index: usize) -> Result<Message, ApiError> {
+pub(crate) fn message(wire: WireMessage, index: usize) -> Result<Message, ApiError> {
     let param = format!("messages[{index}]");
     let role = match wire.role.as_str() {
         "system" | "developer" => Role::System,

@@ -71,7 +71,7 @@ pub(crate) fn resolve(state: &AppState, model: &str, param: &str) -> ApiResult<T
     })
 }
 
-fn header_tags(headers: &HeaderMap) -> ApiResult<Vec<String>> {
+pub(crate) fn header_tags(headers: &HeaderMap) -> ApiResult<Vec<String>> {
     match headers.get("x-baton-tags") {
         None => Ok(Vec::new()),
         Some(value) => {
@@ -187,7 +187,7 @@ pub async fn chat_completions(
 }
 
 /// Customer attribution: `X-Baton-Customer-Id`, else body `customerId`, else `user`.
-fn customer_of(headers: &HeaderMap, body: Option<&str>) -> ApiResult<Option<String>> {
+pub(crate) fn customer_of(headers: &HeaderMap, body: Option<&str>) -> ApiResult<Option<String>> {
     let header = match headers.get("x-baton-customer-id") {
         Some(value) => Some(value.to_str().map_err(|_| {
             ApiError::validation(

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod customers;
 pub mod environments;
 pub mod health;
+pub mod inference;
 pub mod models;
 pub mod openapi;
 pub mod settings;
@@ -48,6 +49,7 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(models::list_descriptors))
         .routes(routes!(models::list_providers))
         .routes(routes!(chat::chat_completions))
+        .routes(routes!(inference::inference))
 }
 
 /// The OpenAPI document of every route, generated from the handlers' annotations.
