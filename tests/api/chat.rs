@@ -731,3 +731,70 @@ async fn direct_inference_in_the_service_format() {
     );
     post(json!({"model": "anthropic/claude-haiku-4-5", "messages": msgs, "vendor_tools": ["code_interpreter"]})).await.error(400, "UNSUPPORTED");
 }
+
+#[tokio::test]
+async fn structured_output_is_validated_retried_once_then_refused() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    let format = json!({"response_format": {"type": "json_schema", "json_schema": {"name": "person", "schema": {
+        "type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}}}});
+    for model in [
+        "openai/gpt-4o-mini",
+        "anthropic/claude-haiku-4-5",
+        "google/gemini-2.5-flash",
+        "bedrock/amazon.nova-lite-v1:0",
+    ] {
+        let before = mock.received().len();
+        mock.push(Reply::text(r#"{"age": "old"}"#).with_usage(10, 5));
+        mock.push(Reply::text(r#"{"age": 42}"#).with_usage(10, 5));
+        let ok = app
+            .post(
+                "/api/v1/chat/completions",
+                &key,
+                chat(model, format.clone()),
+            )
+            .await;
+        assert_eq!(ok.status, 200, "{model}: {}", ok.text);
+        let body = ok.json();
+        assert_eq!(
+            body["choices"][0]["message"]["content"], r#"{"age": 42}"#,
+            "{model}"
+        );
+        assert_eq!(
+            body["usage"]["prompt_tokens"], 20,
+            "{model}: both attempts are counted"
+        );
+        assert_eq!(mock.received().len(), before + 2);
+
+        mock.push(Reply::text("not json"));
+        mock.push(Reply::text(r#"{"name": "x"}"#));
+        let refused = app
+            .post(
+                "/api/v1/chat/completions",
+                &key,
+                chat(model, format.clone()),
+            )
+            .await;
+        let error = refused.error(502, "STRUCTURED_OUTPUT_INVALID");
+        assert!(
+            error["message"].as_str().unwrap().contains("age"),
+            "{error}"
+        );
+    }
+    let before = mock.received().len();
+    let bad_schema = json!({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": 7}}}});
+    let err = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("openai/gpt-4o-mini", bad_schema),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(err["param"], "response_format.json_schema.schema");
+    assert_eq!(
+        mock.received().len(),
+        before,
+        "an invalid schema never reaches the provider"
+    );
+}

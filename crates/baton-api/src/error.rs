@@ -235,6 +235,9 @@ impl From<ProviderError> for ApiError {
             ProviderError::NotConfigured(_) => (StatusCode::BAD_REQUEST, "PROVIDER_NOT_CONFIGURED"),
             ProviderError::Unsupported { .. } => (StatusCode::BAD_REQUEST, "UNSUPPORTED"),
             ProviderError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "PROVIDER_TIMEOUT"),
+            ProviderError::InvalidOutput { .. } => {
+                (StatusCode::BAD_GATEWAY, "STRUCTURED_OUTPUT_INVALID")
+            }
             // The provider refused the request itself: the client can fix it.
             ProviderError::Status {
                 status: 400 | 413 | 422,

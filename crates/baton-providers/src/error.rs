@@ -32,6 +32,9 @@ pub enum ProviderError {
     NotConfigured(String),
     #[error("unknown provider '{0}'")]
     UnknownProvider(String),
+    /// The answer did not follow the requested JSON Schema, twice.
+    #[error("{provider} answered twice without following the response schema: {message}")]
+    InvalidOutput { provider: String, message: String },
     /// The request asks for something this provider cannot do (e.g. a vendor tool it lacks).
     #[error("{provider} does not support {what}")]
     Unsupported { provider: String, what: String },
@@ -46,6 +49,7 @@ impl ProviderError {
             }
             ProviderError::Timeout { .. } | ProviderError::Connection { .. } => true,
             ProviderError::InvalidResponse { .. }
+            | ProviderError::InvalidOutput { .. }
             | ProviderError::ModelNotFound { .. }
             | ProviderError::NotConfigured(_)
             | ProviderError::UnknownProvider(_)

@@ -13,6 +13,7 @@ pub mod http;
 pub mod openai;
 pub mod provider;
 pub mod sse;
+pub mod structured;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

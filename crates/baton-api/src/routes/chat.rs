@@ -13,6 +13,7 @@ use baton_domain::customer::validate_external_id;
 use baton_domain::model::ModelRef;
 use baton_domain::run::{COMPATIBLE_ENVIRONMENT, RunKind};
 use baton_domain::tags::parse_tag_header;
+use baton_providers::structured::{OutputSchema, infer_checked};
 use baton_providers::{DeltaStream, Provider};
 use futures::{Stream, StreamExt};
 use serde_json::Value;
@@ -115,6 +116,8 @@ pub async fn chat_completions(
     let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
     let mut inference: InferenceRequest = parsed.inference;
     inference.model = target.model.clone();
+    let schema = OutputSchema::of(&inference)
+        .map_err(|e| ApiError::validation("response_format.json_schema.schema", e))?;
 
     let mut log = RunLog::start(
         state.runs.clone(),
@@ -133,7 +136,11 @@ pub async fn chat_completions(
     let created = now_secs();
 
     if !parsed.stream {
-        return match target.provider.infer(&inference).await {
+        let result = match &schema {
+            Some(schema) => infer_checked(target.provider.as_ref(), &inference, schema).await,
+            None => target.provider.infer(&inference).await,
+        };
+        return match result {
             Ok(response) => {
                 log.succeed(&target.provider_key, &target.model, &response)
                     .await;

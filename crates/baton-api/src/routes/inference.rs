@@ -10,6 +10,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use baton_providers::structured::{OutputSchema, infer_checked};
+
 use crate::auth::Principal;
 use crate::compat::request::{WireMessage, message};
 use crate::context::RequestId;
@@ -154,6 +156,11 @@ pub async fn inference(
             ));
         }
     };
+    let schema = OutputSchema::of(&InferenceRequest {
+        response_format: response_format.clone(),
+        ..InferenceRequest::default()
+    })
+    .map_err(|e| ApiError::validation("response_schema", e))?;
     let target = resolve(&state, &body.model, "model")?;
     let settings = state.tenant_settings(&principal.tenant).await?;
     let request = InferenceRequest {
@@ -187,7 +194,11 @@ pub async fn inference(
     }
     log.set_request(serde_json::to_value(&request).unwrap_or(Value::Null));
 
-    let response = match target.provider.infer(&request).await {
+    let result = match &schema {
+        Some(schema) => infer_checked(target.provider.as_ref(), &request, schema).await,
+        None => target.provider.infer(&request).await,
+    };
+    let response = match result {
         Ok(response) => response,
         Err(err) => {
             let err = ApiError::from(err);
