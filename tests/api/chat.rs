@@ -798,3 +798,138 @@ async fn structured_output_is_validated_retried_once_then_refused() {
         "an invalid schema never reaches the provider"
     );
 }
+
+fn envelopes(text: &str) -> Vec<Value> {
+    let data = sse_data(text);
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_events_format_streams_the_lifecycle_and_stores_it() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    mock.set_stream_chunking(24, std::time::Duration::from_millis(30));
+    mock.push(Reply::text("Events arrive as they happen, piece by piece.").with_usage(40, 12));
+    let response = app
+        .post("/api/v1/chat/completions", &key, chat("openai/gpt-4o-mini", json!({"stream": true, "stream_options": {"usage_interval_ms": 100, "heartbeat_interval_ms": 150}})))
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let events = envelopes(&response.text);
+    let request_id = response.headers["x-request-id"].to_str().unwrap();
+    for event in &events {
+        assert_eq!(event["requestId"], request_id);
+        assert_eq!(event["depth"], 0);
+        assert!(event["timestamp"].as_str().unwrap().ends_with('Z'));
+    }
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(&types[..2], ["requestStarted", "agentInferenceStarted"]);
+    assert_eq!(types.last(), Some(&"requestCompleted"));
+    assert!(
+        types.contains(&"usageUpdate") && types.contains(&"heartbeat"),
+        "{types:?}"
+    );
+    let text: String = events
+        .iter()
+        .filter(|e| e["type"] == "contentDelta")
+        .map(|e| e["data"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Events arrive as they happen, piece by piece.");
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "agentInferenceCompleted")
+        .unwrap();
+    assert_eq!(completed["data"]["usage"]["tokensIn"], 40);
+    assert_eq!(completed["data"]["wasFallback"], false);
+    let done = &events.last().unwrap()["data"];
+    assert_eq!(done["totalTokensOut"], 12);
+    assert_eq!(done["result"]["textResponse"], text);
+
+    // Stored for the log: the lifecycle, not the deltas.
+    let run = wait_for_run(&app, request_id).await;
+    assert_eq!(done["totalCreditsUsed"], run.cost_credits);
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    let stored: Vec<String> = app
+        .store
+        .run_events(&tenant, request_id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    assert!(
+        stored.starts_with(&[
+            "requestStarted".to_string(),
+            "agentInferenceStarted".to_string()
+        ]),
+        "{stored:?}"
+    );
+    assert!(
+        stored.contains(&"requestCompleted".to_string())
+            && !stored.contains(&"contentDelta".to_string()),
+        "{stored:?}"
+    );
+
+    // Filters: camelCase, dotted and wildcards; [DONE] always ends the stream.
+    mock.set_stream_chunking(7, std::time::Duration::ZERO);
+    mock.push(Reply::text("filtered"));
+    let filtered = app
+        .post("/api/v1/chat/completions", &key, chat("openai/gpt-4o-mini", json!({"stream": true, "stream_options": {"event_types": ["request.*", "agentInferenceCompleted"]}})))
+        .await;
+    let types: Vec<String> = envelopes(&filtered.text)
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        types,
+        [
+            "requestStarted",
+            "agentInferenceCompleted",
+            "requestCompleted"
+        ]
+    );
+
+    // A stream that breaks: error, then requestCompleted (something was produced).
+    mock.push(Reply::BreakAfterFirstChunk(Box::new(Reply::text(
+        "cut off early in the answer",
+    ))));
+    let broken = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat(
+                "openai/gpt-4o-mini",
+                json!({"stream": true, "stream_options": {"format": "events"}}),
+            ),
+        )
+        .await;
+    let events = envelopes(&broken.text);
+    let error = events
+        .iter()
+        .find(|e| e["type"] == "error")
+        .expect("an error event");
+    assert_eq!(error["data"]["recoverable"], false);
+    assert_eq!(error["data"]["code"], "PROVIDER_ERROR");
+    assert!(matches!(
+        events.last().unwrap()["type"].as_str(),
+        Some("requestCompleted" | "requestFailed")
+    ));
+
+    let bad = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat(
+                "openai/gpt-4o-mini",
+                json!({"stream": true, "stream_options": {"heartbeat_interval_ms": 5}}),
+            ),
+        )
+        .await;
+    assert_eq!(
+        bad.error(400, "VALIDATION_ERROR")["param"],
+        "stream_options.heartbeat_interval_ms"
+    );
+}

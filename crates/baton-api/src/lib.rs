@@ -5,6 +5,7 @@ pub mod auth;
 pub mod compat;
 pub mod context;
 pub mod error;
+pub mod events;
 pub mod extract;
 pub mod routes;
 pub mod runlog;

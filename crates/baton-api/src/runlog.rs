@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use baton_domain::chat::{InferenceResponse, Usage};
-use baton_domain::run::{Attempt, RunKind, RunRecord, RunStatus};
+use baton_domain::run::{Attempt, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::settings::TenantSettings;
 use baton_domain::{TenantId, Timestamp};
 use baton_ledger::{Cost, Price, price_inference};
@@ -16,6 +16,18 @@ use serde_json::Value;
 use crate::error::ApiError;
 
 /// What pricing needs to know about the request's tenant and model.
+async fn write(writer: &RunWriter, record: RunRecord, events: Vec<StoredEvent>) {
+    let tenant = record.tenant.clone();
+    if let Err(err) = writer.write(LogItem::Run(Box::new(record))).await {
+        tracing::error!(error = %err, "could not queue an invocation log row");
+    }
+    if let Some(tenant) = tenant.filter(|_| !events.is_empty())
+        && let Err(err) = writer.write(LogItem::Events(tenant, events)).await
+    {
+        tracing::error!(error = %err, "could not queue stored events");
+    }
+}
+
 #[derive(Clone)]
 pub struct Pricing {
     pub catalogue: Arc<Catalogue>,
@@ -50,6 +62,8 @@ impl Pricing {
 
 pub struct RunLog {
     record: Option<RunRecord>,
+    /// Lifecycle events written with the run.
+    events: Vec<StoredEvent>,
     started: Instant,
     writer: RunWriter,
     pricing: Pricing,
@@ -66,6 +80,7 @@ impl RunLog {
     ) -> RunLog {
         RunLog {
             record: Some(new_record(id, tenant, kind, requested_model)),
+            events: Vec::new(),
             started: Instant::now(),
             writer,
             pricing,
@@ -187,11 +202,13 @@ impl RunLog {
         }
     }
 
+    pub fn attach_events(&mut self, events: Vec<StoredEvent>) {
+        self.events.extend(events);
+    }
+
     pub async fn flush(mut self) {
-        if let Some(record) = self.record.take()
-            && let Err(err) = self.writer.write(LogItem::Run(Box::new(record))).await
-        {
-            tracing::error!(error = %err, "could not queue an invocation log row");
+        if let Some(record) = self.record.take() {
+            write(&self.writer, record, std::mem::take(&mut self.events)).await;
         }
     }
 
@@ -199,11 +216,8 @@ impl RunLog {
     pub fn flush_in_background(mut self) {
         if let Some(record) = self.record.take() {
             let writer = self.writer.clone();
-            tokio::spawn(async move {
-                if let Err(err) = writer.write(LogItem::Run(Box::new(record))).await {
-                    tracing::error!(error = %err, "could not queue an invocation log row");
-                }
-            });
+            let events = std::mem::take(&mut self.events);
+            tokio::spawn(async move { write(&writer, record, events).await });
         }
     }
 

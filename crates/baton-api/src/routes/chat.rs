@@ -24,6 +24,7 @@ use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
+use crate::routes::chat_events::{self, CallInfo, EventOptions, EventStream, event_stream};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 
@@ -114,6 +115,9 @@ pub async fn chat_completions(
     let target = resolve(&state, &parsed.model, "model")?;
     let settings = state.tenant_settings(&principal.tenant).await?;
     let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
+    let event_options = (parsed.stream && chat_events::wants_events(&parsed.stream_options))
+        .then(|| EventOptions::parse(&parsed.stream_options))
+        .transpose()?;
     let mut inference: InferenceRequest = parsed.inference;
     inference.model = target.model.clone();
     let schema = OutputSchema::of(&inference)
@@ -121,7 +125,7 @@ pub async fn chat_completions(
 
     let mut log = RunLog::start(
         state.runs.clone(),
-        pricing,
+        pricing.clone(),
         request_id.0.clone(),
         principal.tenant.clone(),
         RunKind::Chat,
@@ -173,6 +177,17 @@ pub async fn chat_completions(
             return Err(err);
         }
     };
+    if let Some(options) = event_options {
+        let call = CallInfo {
+            provider_key: target.provider_key,
+            model: target.model,
+            requested_model: parsed.model,
+            message_count: inference.messages.len(),
+            tool_count: inference.tools.len(),
+        };
+        let stream = EventStream::new(upstream, request_id.0, options, log, pricing, call);
+        return Ok(Sse::new(event_stream(stream)).into_response());
+    }
     let writer = ChunkWriter::new(
         request_id.0.clone(),
         created,

@@ -2,6 +2,7 @@
 
 pub mod api_keys;
 pub mod chat;
+pub mod chat_events;
 pub mod customers;
 pub mod environments;
 pub mod health;

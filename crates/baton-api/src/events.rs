@@ -1,0 +1,171 @@
+//! Execution events (SPEC.md "Events"): the envelope, type filters, and the record of a
+//! request's lifecycle events kept for `/llm-logs/{id}/events`.
+
+use std::time::Instant;
+
+use baton_domain::Timestamp;
+use baton_domain::run::StoredEvent;
+use serde_json::{Value, json};
+
+/// `contentDelta` events are streamed but not stored: they would repeat the response text.
+const NOT_STORED: &[&str] = &["contentDelta", "heartbeat"];
+
+/// Which event types a client wants: camelCase (`toolStarted`), dotted (`tool.started`) or
+/// wildcards (`tool*`, `tool.*`, `agent*`). Empty means all.
+#[derive(Debug, Clone, Default)]
+pub struct EventFilter {
+    patterns: Vec<(String, bool)>,
+}
+
+/// `agentInferenceCompleted` -> `agent.inference.completed`; dotted input is lowercased.
+fn dotted(name: &str) -> String {
+    if name.contains('.') {
+        return name.to_ascii_lowercase();
+    }
+    let mut out = String::with_capacity(name.len() + 4);
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('.');
+        }
+        out.push(c.to_ascii_lowercase());
+    }
+    out
+}
+
+impl EventFilter {
+    pub fn new(patterns: &[String]) -> EventFilter {
+        let patterns = patterns
+            .iter()
+            .map(|p| p.trim())
+            .filter(|p| !p.is_empty())
+            .map(|p| match p.strip_suffix('*') {
+                Some(prefix) => (dotted(prefix.trim_end_matches('.')), true),
+                None => (dotted(p), false),
+            })
+            .collect();
+        EventFilter { patterns }
+    }
+
+    pub fn allows(&self, event_type: &str) -> bool {
+        if self.patterns.is_empty() {
+            return true;
+        }
+        let name = dotted(event_type);
+        self.patterns.iter().any(|(pattern, wildcard)| {
+            if *wildcard {
+                name.starts_with(pattern.as_str())
+            } else {
+                name == *pattern
+            }
+        })
+    }
+}
+
+/// Builds envelopes for one request and keeps the ones to store.
+pub struct EventLog {
+    request_id: String,
+    started: Instant,
+    seq: u32,
+    stored: Vec<StoredEvent>,
+}
+
+impl EventLog {
+    pub fn new(request_id: String) -> Self {
+        Self {
+            request_id,
+            started: Instant::now(),
+            seq: 0,
+            stored: Vec::new(),
+        }
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    pub fn count(&self) -> u32 {
+        self.seq
+    }
+
+    /// A new event envelope (root agent: empty path, depth 0).
+    pub fn emit(&mut self, event_type: &str, data: Value) -> Value {
+        let id = uuid::Uuid::now_v7().to_string();
+        let timestamp = Timestamp::now();
+        let envelope = json!({
+            "id": id,
+            "timestamp": timestamp,
+            "requestId": self.request_id,
+            "type": event_type,
+            "agentPath": [],
+            "depth": 0,
+            "data": data,
+        });
+        if !NOT_STORED.contains(&event_type) {
+            self.stored.push(StoredEvent {
+                id,
+                run_id: self.request_id.clone(),
+                seq: self.seq,
+                event_type: event_type.to_string(),
+                payload: envelope.clone(),
+                created_at: timestamp,
+            });
+        }
+        self.seq += 1;
+        envelope
+    }
+
+    pub fn take_stored(&mut self) -> Vec<StoredEvent> {
+        std::mem::take(&mut self.stored)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn allows(patterns: &[&str], event: &str) -> bool {
+        EventFilter::new(&patterns.iter().map(|p| p.to_string()).collect::<Vec<_>>()).allows(event)
+    }
+
+    #[test]
+    fn filters_accept_camel_dotted_and_wildcards() {
+        assert!(allows(&[], "anything"));
+        assert!(allows(&["toolStarted"], "toolStarted"));
+        assert!(allows(&["tool.started"], "toolStarted"));
+        assert!(allows(&["tool*"], "toolCompleted"));
+        assert!(allows(&["tool.*"], "toolFailed"));
+        assert!(allows(&["agent*"], "agentInferenceCompleted"));
+        assert!(allows(&["usage.update"], "usageUpdate"));
+        assert!(!allows(&["tool*"], "agentStarted"));
+        assert!(!allows(&["toolStarted"], "toolCompleted"));
+        assert!(!allows(&["request.started"], "requestCompleted"));
+    }
+
+    #[test]
+    fn envelopes_carry_the_spec_fields_and_deltas_are_not_stored() {
+        let mut log = EventLog::new("r1".into());
+        let started = log.emit("requestStarted", json!({"model": "m"}));
+        for field in [
+            "id",
+            "timestamp",
+            "requestId",
+            "type",
+            "agentPath",
+            "depth",
+            "data",
+        ] {
+            assert!(started.get(field).is_some(), "{field}");
+        }
+        log.emit("contentDelta", json!({"text": "x"}));
+        log.emit("requestCompleted", json!({}));
+        let stored = log.take_stored();
+        assert_eq!(
+            stored
+                .iter()
+                .map(|e| e.event_type.as_str())
+                .collect::<Vec<_>>(),
+            ["requestStarted", "requestCompleted"]
+        );
+        assert_eq!(stored[1].seq, 2);
+    }
+}

@@ -1,0 +1,302 @@
+//! The events stream format of `/chat/completions` (DESIGN.md "Streams"): SPEC.md envelopes
+//! (`requestStarted`, `agentInferenceStarted`, `contentDelta`, `agentInferenceCompleted`,
+//! `usageUpdate`, `heartbeat`, `requestCompleted`, `error`, `requestFailed`) instead of chunks.
+
+use std::convert::Infallible;
+use std::time::{Duration, Instant};
+
+use axum::response::sse::Event;
+use baton_domain::chat::{ResponseAccumulator, StreamDelta, Usage};
+use baton_domain::credits::Credits;
+use baton_providers::DeltaStream;
+use futures::{Stream, StreamExt};
+use serde_json::{Map, Value, json};
+use tokio::time::{Interval, interval_at};
+
+use crate::error::ApiError;
+use crate::events::{EventFilter, EventLog};
+use crate::runlog::{Pricing, RunLog};
+
+const EVENT_ONLY_OPTIONS: &[&str] = &[
+    "usage_interval_ms",
+    "heartbeat_interval_ms",
+    "include_tool_results",
+    "include_agent_results",
+    "event_types",
+];
+const DEFAULT_USAGE_INTERVAL_MS: u64 = 5_000;
+const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
+const MIN_INTERVAL_MS: u64 = 100;
+
+/// Whether `stream_options` asks for the events format.
+pub fn wants_events(options: &Map<String, Value>) -> bool {
+    options.get("format").and_then(Value::as_str) == Some("events")
+        || EVENT_ONLY_OPTIONS.iter().any(|k| options.contains_key(*k))
+}
+
+/// The events-format options, validated.
+pub struct EventOptions {
+    include_usage: bool,
+    usage_interval: Duration,
+    heartbeat_interval: Duration,
+    filter: EventFilter,
+}
+
+impl EventOptions {
+    pub fn parse(options: &Map<String, Value>) -> Result<EventOptions, ApiError> {
+        let interval = |name: &str, default: u64| -> Result<Duration, ApiError> {
+            match options.get(name) {
+                None | Some(Value::Null) => Ok(Duration::from_millis(default)),
+                Some(v) => v
+                    .as_u64()
+                    .filter(|ms| *ms >= MIN_INTERVAL_MS)
+                    .map(Duration::from_millis)
+                    .ok_or_else(|| {
+                        ApiError::validation(
+                            format!("stream_options.{name}"),
+                            format!("{name} must be an integer of at least {MIN_INTERVAL_MS}"),
+                        )
+                    }),
+            }
+        };
+        let types = match options.get("event_types") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            Some(_) => {
+                return Err(ApiError::validation(
+                    "stream_options.event_types",
+                    "event_types must be an array of strings",
+                ));
+            }
+        };
+        Ok(EventOptions {
+            include_usage: options
+                .get("include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            usage_interval: interval("usage_interval_ms", DEFAULT_USAGE_INTERVAL_MS)?,
+            heartbeat_interval: interval("heartbeat_interval_ms", DEFAULT_HEARTBEAT_INTERVAL_MS)?,
+            filter: EventFilter::new(&types),
+        })
+    }
+}
+
+/// What the events stream reports about the call it relays.
+pub struct CallInfo {
+    pub provider_key: String,
+    pub model: String,
+    pub requested_model: String,
+    pub message_count: usize,
+    pub tool_count: usize,
+}
+
+enum Phase {
+    Start,
+    Relay,
+    Done,
+}
+
+pub struct EventStream {
+    upstream: DeltaStream,
+    events: EventLog,
+    options: EventOptions,
+    accumulator: ResponseAccumulator,
+    log: Option<RunLog>,
+    pricing: Pricing,
+    call: CallInfo,
+    inference_id: String,
+    inference_started: Instant,
+    usage_tick: Interval,
+    heartbeat_tick: Interval,
+    phase: Phase,
+}
+
+impl EventStream {
+    pub fn new(
+        upstream: DeltaStream,
+        request_id: String,
+        options: EventOptions,
+        log: RunLog,
+        pricing: Pricing,
+        call: CallInfo,
+    ) -> Self {
+        let now = tokio::time::Instant::now();
+        Self {
+            usage_tick: interval_at(now + options.usage_interval, options.usage_interval),
+            heartbeat_tick: interval_at(
+                now + options.heartbeat_interval,
+                options.heartbeat_interval,
+            ),
+            upstream,
+            events: EventLog::new(request_id),
+            options,
+            accumulator: ResponseAccumulator::new(call.model.clone()),
+            log: Some(log),
+            pricing,
+            inference_id: uuid::Uuid::now_v7().to_string(),
+            inference_started: Instant::now(),
+            call,
+            phase: Phase::Start,
+        }
+    }
+
+    fn cost(&self, usage: &Usage) -> Credits {
+        self.pricing
+            .cost(
+                &self.call.provider_key,
+                &self.call.model,
+                &self.call.model,
+                usage,
+            )
+            .billed
+    }
+
+    /// Emits an event; returns its SSE form if the client's filter lets it through.
+    fn emit(&mut self, event_type: &str, data: Value) -> Option<Event> {
+        let envelope = self.events.emit(event_type, data);
+        self.options.filter.allows(event_type).then(|| {
+            let id = envelope["id"].as_str().unwrap_or_default().to_string();
+            Event::default().id(id).data(envelope.to_string())
+        })
+    }
+
+    fn usage_update(&mut self) -> Option<Event> {
+        let usage = self.accumulator.usage();
+        let credits = self.cost(&usage);
+        let data = json!({
+            "cumulativeCreditsUsed": credits.0, "cumulativeCostUsd": credits.to_usd(),
+            "cumulativeTokensIn": usage.tokens_in, "cumulativeTokensOut": usage.tokens_out,
+            "activeAgents": if matches!(self.phase, Phase::Done) { 0 } else { 1 },
+            "completedAgents": if matches!(self.phase, Phase::Done) { 1 } else { 0 },
+            "elapsedMs": self.events.elapsed_ms(),
+        });
+        self.emit("usageUpdate", data)
+    }
+
+    fn inference_completed(&mut self) -> Option<Event> {
+        let response = self.accumulator.snapshot();
+        let credits = self.cost(&response.usage);
+        let data = json!({
+            "inferenceRequestId": self.inference_id, "model": self.call.model, "provider": self.call.provider_key,
+            "durationMs": u64::try_from(self.inference_started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "usage": {"tokensIn": response.usage.tokens_in, "tokensOut": response.usage.tokens_out,
+                      "reasoningTokens": response.usage.reasoning_tokens, "costCredits": credits.0, "costUsd": credits.to_usd()},
+            "finishReason": response.finish_reason.as_openai(), "toolCallCount": response.tool_calls.len(),
+            "wasCached": false, "wasFallback": false,
+        });
+        self.emit("agentInferenceCompleted", data)
+    }
+
+    fn request_completed(&mut self) -> Option<Event> {
+        let response = self.accumulator.snapshot();
+        let credits = self.cost(&response.usage);
+        let data = json!({
+            "durationMs": self.events.elapsed_ms(), "totalCreditsUsed": credits.0, "totalCostUsd": credits.to_usd(),
+            "totalTokensIn": response.usage.tokens_in, "totalTokensOut": response.usage.tokens_out,
+            "totalInferenceCount": 1, "totalToolCalls": response.tool_calls.len(), "totalAgentSpawns": 0,
+            "maxDepthReached": 0, "result": {"textResponse": response.text},
+        });
+        self.emit("requestCompleted", data)
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        if let Some(mut log) = self.log.take() {
+            // The client left: the provider call is cancelled with `upstream`; what it produced
+            // is still logged and billed.
+            let partial = self.accumulator.snapshot();
+            log.finish_partial(
+                &self.call.provider_key,
+                &self.call.model,
+                &partial,
+                "CLIENT_DISCONNECTED",
+                "the client closed the stream",
+            );
+            log.attach_events(self.events.take_stored());
+            log.flush_in_background();
+        }
+    }
+}
+
+/// `[DONE]` ends every stream; like every event it has an id.
+fn done_event() -> Event {
+    Event::default()
+        .id(uuid::Uuid::now_v7().to_string())
+        .data("[DONE]")
+}
+
+/// The SSE events of an events-format stream, ending with `[DONE]`.
+pub fn event_stream(state: EventStream) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+    futures::stream::unfold(state, |mut s| async move {
+        let mut batch: Vec<Option<Event>> = Vec::new();
+        match s.phase {
+            Phase::Start => {
+                s.phase = Phase::Relay;
+                let has_tools = s.call.tool_count > 0;
+                let started = json!({"flowName": Value::Null, "contextId": Value::Null, "model": s.call.requested_model,
+                                     "hasTools": has_tools, "toolCount": s.call.tool_count});
+                batch.push(s.emit("requestStarted", started));
+                let inference = json!({"inferenceRequestId": s.inference_id, "model": s.call.model, "provider": s.call.provider_key,
+                                       "messageCount": s.call.message_count, "hasTools": has_tools, "toolCount": s.call.tool_count});
+                batch.push(s.emit("agentInferenceStarted", inference));
+            }
+            Phase::Relay => {
+                tokio::select! {
+                    item = s.upstream.next() => match item {
+                        Some(Ok(delta)) => {
+                            s.accumulator.push(&delta);
+                            if let StreamDelta::Text(text) = &delta {
+                                batch.push(s.emit("contentDelta", json!({"text": text})));
+                            }
+                        }
+                        Some(Err(err)) => {
+                            let error = ApiError::from(err);
+                            batch.push(s.emit("error", json!({"code": error.code(), "message": error.to_string(),
+                                                              "agentRole": Value::Null, "recoverable": false})));
+                            let partial = s.accumulator.snapshot();
+                            let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
+                            s.phase = Phase::Done;
+                            if produced {
+                                batch.push(s.request_completed());
+                            } else {
+                                batch.push(s.emit("requestFailed", json!({"code": error.code(), "message": error.to_string()})));
+                            }
+                            if let Some(mut log) = s.log.take() {
+                                log.finish_partial(&s.call.provider_key, &s.call.model, &partial, error.code(), &error.to_string());
+                                log.attach_events(s.events.take_stored());
+                                log.flush().await;
+                            }
+                            batch.push(Some(done_event()));
+                        }
+                        None => {
+                            batch.push(s.inference_completed());
+                            s.phase = Phase::Done;
+                            if s.options.include_usage {
+                                batch.push(s.usage_update());
+                            }
+                            batch.push(s.request_completed());
+                            if let Some(mut log) = s.log.take() {
+                                let response = s.accumulator.snapshot();
+                                log.attach_events(s.events.take_stored());
+                                log.succeed(&s.call.provider_key, &s.call.model, &response).await;
+                            }
+                            batch.push(Some(done_event()));
+                        }
+                    },
+                    _ = s.usage_tick.tick(), if s.options.include_usage => batch.push(s.usage_update()),
+                    _ = s.heartbeat_tick.tick() => {
+                        let data = json!({"elapsedMs": s.events.elapsed_ms(), "eventCount": s.events.count()});
+                        batch.push(s.emit("heartbeat", data));
+                    }
+                }
+            }
+            Phase::Done => return None,
+        }
+        Some((futures::stream::iter(batch.into_iter().flatten().map(Ok)), s))
+    })
+    .flatten()
+}
