@@ -546,6 +546,25 @@ async fn every_call_is_logged_with_usage_cost_customer_and_tags() {
         run.request.as_ref().unwrap()["messages"][1]["content"][0]["text"],
         "Say hi"
     );
+    // The lifecycle is stored whatever the format.
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    let stored: Vec<String> = app
+        .store
+        .run_events(&tenant, &id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            "requestStarted",
+            "agentInferenceStarted",
+            "agentInferenceCompleted",
+            "requestCompleted"
+        ]
+    );
     // The customer was created on first use.
     assert_eq!(app.get("/api/v1/customers/cust-42", &key).await.status, 200);
 
@@ -585,6 +604,23 @@ async fn every_call_is_logged_with_usage_cost_customer_and_tags() {
     let run = wait_for_run(&app, failed.headers["x-request-id"].to_str().unwrap()).await;
     assert_eq!(run.status, baton_domain::run::RunStatus::Failed);
     assert_eq!(run.error_code.as_deref(), Some("PROVIDER_ERROR"));
+    let stored: Vec<String> = app
+        .store
+        .run_events(&tenant, &run.id)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event_type)
+        .collect();
+    assert_eq!(
+        stored,
+        [
+            "requestStarted",
+            "agentInferenceStarted",
+            "error",
+            "requestFailed"
+        ]
+    );
     let rejected = app
         .post(
             "/api/v1/chat/completions",

@@ -4,6 +4,8 @@
 use std::time::Instant;
 
 use baton_domain::Timestamp;
+use baton_domain::chat::InferenceResponse;
+use baton_domain::credits::Credits;
 use baton_domain::run::StoredEvent;
 use serde_json::{Value, json};
 
@@ -117,6 +119,67 @@ impl EventLog {
     pub fn take_stored(&mut self) -> Vec<StoredEvent> {
         std::mem::take(&mut self.stored)
     }
+}
+
+/// The one model call of a chat or inference request, as its events describe it.
+pub struct CallInfo {
+    pub provider_key: String,
+    pub model: String,
+    pub requested_model: String,
+    pub message_count: usize,
+    pub tool_count: usize,
+    pub inference_id: String,
+}
+
+impl CallInfo {
+    pub fn request_started(&self) -> Value {
+        json!({"flowName": Value::Null, "contextId": Value::Null, "model": self.requested_model,
+               "hasTools": self.tool_count > 0, "toolCount": self.tool_count})
+    }
+
+    pub fn inference_started(&self) -> Value {
+        json!({"inferenceRequestId": self.inference_id, "model": self.model, "provider": self.provider_key,
+               "messageCount": self.message_count, "hasTools": self.tool_count > 0, "toolCount": self.tool_count})
+    }
+
+    pub fn inference_completed(
+        &self,
+        response: &InferenceResponse,
+        credits: Credits,
+        duration_ms: u64,
+    ) -> Value {
+        json!({
+            "inferenceRequestId": self.inference_id, "model": self.model, "provider": self.provider_key,
+            "durationMs": duration_ms,
+            "usage": {"tokensIn": response.usage.tokens_in, "tokensOut": response.usage.tokens_out,
+                      "reasoningTokens": response.usage.reasoning_tokens, "costCredits": credits.0, "costUsd": credits.to_usd()},
+            "finishReason": response.finish_reason.as_openai(), "toolCallCount": response.tool_calls.len(),
+            "wasCached": false, "wasFallback": false,
+        })
+    }
+}
+
+/// `requestCompleted` of a request made of one model call.
+pub fn request_completed(
+    response: &InferenceResponse,
+    credits: Credits,
+    duration_ms: u64,
+) -> Value {
+    json!({
+        "durationMs": duration_ms, "totalCreditsUsed": credits.0, "totalCostUsd": credits.to_usd(),
+        "totalTokensIn": response.usage.tokens_in, "totalTokensOut": response.usage.tokens_out,
+        "totalInferenceCount": 1, "totalToolCalls": response.tool_calls.len(), "totalAgentSpawns": 0,
+        "maxDepthReached": 0, "result": {"textResponse": response.text},
+    })
+}
+
+/// `error` then `requestFailed`: the end of a request that produced nothing.
+pub fn emit_failure(events: &mut EventLog, code: &str, message: &str) {
+    events.emit(
+        "error",
+        json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
+    );
+    events.emit("requestFailed", json!({"code": code, "message": message}));
 }
 
 #[cfg(test)]

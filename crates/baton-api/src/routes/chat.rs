@@ -9,6 +9,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use baton_domain::chat::{InferenceRequest, InferenceResponse, ResponseAccumulator};
+use baton_domain::credits::Credits;
 use baton_domain::customer::validate_external_id;
 use baton_domain::model::ModelRef;
 use baton_domain::run::{COMPATIBLE_ENVIRONMENT, RunKind};
@@ -23,8 +24,9 @@ use crate::compat::request::{ChatCompletionRequest, parse};
 use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
+use crate::events::{CallInfo, EventLog, emit_failure, request_completed};
 use crate::extract::Json;
-use crate::routes::chat_events::{self, CallInfo, EventOptions, EventStream, event_stream};
+use crate::routes::chat_events::{self, EventOptions, EventStream, event_stream};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 
@@ -138,6 +140,20 @@ pub async fn chat_completions(
     }
     log.set_request(serde_json::to_value(&inference).unwrap_or(Value::Null));
     let created = now_secs();
+    let call = CallInfo {
+        provider_key: target.provider_key.clone(),
+        model: target.model.clone(),
+        requested_model: parsed.model.clone(),
+        message_count: inference.messages.len(),
+        tool_count: inference.tools.len(),
+        inference_id: uuid::Uuid::now_v7().to_string(),
+    };
+    // The events format emits as it goes; the other formats keep the lifecycle for the log.
+    let mut events = EventLog::new(request_id.0.clone());
+    if event_options.is_none() {
+        events.emit("requestStarted", call.request_started());
+        events.emit("agentInferenceStarted", call.inference_started());
+    }
 
     if !parsed.stream {
         let result = match &schema {
@@ -146,6 +162,16 @@ pub async fn chat_completions(
         };
         return match result {
             Ok(response) => {
+                let credits = pricing
+                    .cost(
+                        &target.provider_key,
+                        response.model_or(&target.model),
+                        &target.model,
+                        &response.usage,
+                    )
+                    .billed;
+                finish_events(&mut events, &call, Ok((&response, credits)));
+                log.attach_events(events.take_stored());
                 log.succeed(&target.provider_key, &target.model, &response)
                     .await;
                 let served = format!(
@@ -160,6 +186,8 @@ pub async fn chat_completions(
             }
             Err(err) => {
                 let err = ApiError::from(err);
+                finish_events(&mut events, &call, Err(&err));
+                log.attach_events(events.take_stored());
                 log.fail(Some(&target.provider_key), Some(&target.model), &err)
                     .await;
                 Err(err)
@@ -172,20 +200,19 @@ pub async fn chat_completions(
         Ok(upstream) => upstream,
         Err(err) => {
             let err = ApiError::from(err);
+            if event_options.is_none() {
+                finish_events(&mut events, &call, Err(&err));
+            } else {
+                emit_failure(&mut events, err.code(), &err.to_string());
+            }
+            log.attach_events(events.take_stored());
             log.fail(Some(&target.provider_key), Some(&target.model), &err)
                 .await;
             return Err(err);
         }
     };
     if let Some(options) = event_options {
-        let call = CallInfo {
-            provider_key: target.provider_key,
-            model: target.model,
-            requested_model: parsed.model,
-            message_count: inference.messages.len(),
-            tool_count: inference.tools.len(),
-        };
-        let stream = EventStream::new(upstream, request_id.0, options, log, pricing, call);
+        let stream = EventStream::new(upstream, events, options, log, pricing, call);
         return Ok(Sse::new(event_stream(stream)).into_response());
     }
     let writer = ChunkWriter::new(
@@ -195,6 +222,9 @@ pub async fn chat_completions(
     );
     let state = ChunkStream {
         upstream,
+        events,
+        call,
+        pricing,
         writer,
         accumulator: ResponseAccumulator::new(target.model.clone()),
         include_usage: inference.stream_usage,
@@ -250,6 +280,10 @@ enum Phase {
 
 struct ChunkStream {
     upstream: DeltaStream,
+    /// Lifecycle events kept for the log (the chunks format does not stream them).
+    events: EventLog,
+    call: CallInfo,
+    pricing: Pricing,
     writer: ChunkWriter,
     accumulator: ResponseAccumulator,
     include_usage: bool,
@@ -277,6 +311,25 @@ impl ChunkStream {
 
     fn partial(&self) -> InferenceResponse {
         self.accumulator.snapshot()
+    }
+
+    /// Ends the stored lifecycle and hands it to the log.
+    fn close_events(&mut self, log: &mut RunLog, outcome: Result<(), &ApiError>) {
+        let partial = self.partial();
+        let credits = self
+            .pricing
+            .cost(&self.provider_key, &self.model, &self.model, &partial.usage)
+            .billed;
+        let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
+        match outcome {
+            Ok(()) => finish_events(&mut self.events, &self.call, Ok((&partial, credits))),
+            Err(err) if produced => {
+                self.events.emit("error", serde_json::json!({"code": err.code(), "message": err.to_string(), "agentRole": Value::Null, "recoverable": false}));
+                finish_events(&mut self.events, &self.call, Ok((&partial, credits)));
+            }
+            Err(err) => finish_events(&mut self.events, &self.call, Err(err)),
+        }
+        log.attach_events(self.events.take_stored());
     }
 }
 
@@ -326,6 +379,7 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                     state.phase = Phase::Done;
                     if let Some(mut log) = state.log.take() {
                         let partial = state.partial();
+                        state.close_events(&mut log, Err(&error));
                         log.finish_partial(
                             &state.provider_key,
                             &state.model,
@@ -343,8 +397,9 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                     }
                     batch.push(state.done());
                     state.phase = Phase::Done;
-                    if let Some(log) = state.log.take() {
+                    if let Some(mut log) = state.log.take() {
                         let response = state.partial();
+                        state.close_events(&mut log, Ok(()));
                         log.succeed(&state.provider_key, &state.model, &response)
                             .await;
                     }
@@ -355,4 +410,26 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
         Some((futures::stream::iter(batch.into_iter().map(Ok)), state))
     })
     .flatten()
+}
+
+/// The end of a stored lifecycle: completion events, or `error` + `requestFailed`.
+fn finish_events(
+    events: &mut EventLog,
+    call: &CallInfo,
+    outcome: Result<(&InferenceResponse, Credits), &ApiError>,
+) {
+    let elapsed = events.elapsed_ms();
+    match outcome {
+        Ok((response, credits)) => {
+            events.emit(
+                "agentInferenceCompleted",
+                call.inference_completed(response, credits, elapsed),
+            );
+            events.emit(
+                "requestCompleted",
+                request_completed(response, credits, elapsed),
+            );
+        }
+        Err(err) => emit_failure(events, err.code(), &err.to_string()),
+    }
 }

@@ -14,7 +14,8 @@ use serde_json::{Map, Value, json};
 use tokio::time::{Interval, interval_at};
 
 use crate::error::ApiError;
-use crate::events::{EventFilter, EventLog};
+use crate::events::{CallInfo, EventFilter, EventLog, request_completed};
+
 use crate::runlog::{Pricing, RunLog};
 
 const EVENT_ONLY_OPTIONS: &[&str] = &[
@@ -84,15 +85,6 @@ impl EventOptions {
     }
 }
 
-/// What the events stream reports about the call it relays.
-pub struct CallInfo {
-    pub provider_key: String,
-    pub model: String,
-    pub requested_model: String,
-    pub message_count: usize,
-    pub tool_count: usize,
-}
-
 enum Phase {
     Start,
     Relay,
@@ -107,7 +99,6 @@ pub struct EventStream {
     log: Option<RunLog>,
     pricing: Pricing,
     call: CallInfo,
-    inference_id: String,
     inference_started: Instant,
     usage_tick: Interval,
     heartbeat_tick: Interval,
@@ -117,7 +108,7 @@ pub struct EventStream {
 impl EventStream {
     pub fn new(
         upstream: DeltaStream,
-        request_id: String,
+        events: EventLog,
         options: EventOptions,
         log: RunLog,
         pricing: Pricing,
@@ -131,12 +122,11 @@ impl EventStream {
                 options.heartbeat_interval,
             ),
             upstream,
-            events: EventLog::new(request_id),
+            events,
             options,
             accumulator: ResponseAccumulator::new(call.model.clone()),
             log: Some(log),
             pricing,
-            inference_id: uuid::Uuid::now_v7().to_string(),
             inference_started: Instant::now(),
             call,
             phase: Phase::Start,
@@ -179,26 +169,18 @@ impl EventStream {
     fn inference_completed(&mut self) -> Option<Event> {
         let response = self.accumulator.snapshot();
         let credits = self.cost(&response.usage);
-        let data = json!({
-            "inferenceRequestId": self.inference_id, "model": self.call.model, "provider": self.call.provider_key,
-            "durationMs": u64::try_from(self.inference_started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            "usage": {"tokensIn": response.usage.tokens_in, "tokensOut": response.usage.tokens_out,
-                      "reasoningTokens": response.usage.reasoning_tokens, "costCredits": credits.0, "costUsd": credits.to_usd()},
-            "finishReason": response.finish_reason.as_openai(), "toolCallCount": response.tool_calls.len(),
-            "wasCached": false, "wasFallback": false,
-        });
+        let duration_ms =
+            u64::try_from(self.inference_started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let data = self
+            .call
+            .inference_completed(&response, credits, duration_ms);
         self.emit("agentInferenceCompleted", data)
     }
 
     fn request_completed(&mut self) -> Option<Event> {
         let response = self.accumulator.snapshot();
         let credits = self.cost(&response.usage);
-        let data = json!({
-            "durationMs": self.events.elapsed_ms(), "totalCreditsUsed": credits.0, "totalCostUsd": credits.to_usd(),
-            "totalTokensIn": response.usage.tokens_in, "totalTokensOut": response.usage.tokens_out,
-            "totalInferenceCount": 1, "totalToolCalls": response.tool_calls.len(), "totalAgentSpawns": 0,
-            "maxDepthReached": 0, "result": {"textResponse": response.text},
-        });
+        let data = request_completed(&response, credits, self.events.elapsed_ms());
         self.emit("requestCompleted", data)
     }
 }
@@ -236,12 +218,8 @@ pub fn event_stream(state: EventStream) -> impl Stream<Item = Result<Event, Infa
         match s.phase {
             Phase::Start => {
                 s.phase = Phase::Relay;
-                let has_tools = s.call.tool_count > 0;
-                let started = json!({"flowName": Value::Null, "contextId": Value::Null, "model": s.call.requested_model,
-                                     "hasTools": has_tools, "toolCount": s.call.tool_count});
+                let (started, inference) = (s.call.request_started(), s.call.inference_started());
                 batch.push(s.emit("requestStarted", started));
-                let inference = json!({"inferenceRequestId": s.inference_id, "model": s.call.model, "provider": s.call.provider_key,
-                                       "messageCount": s.call.message_count, "hasTools": has_tools, "toolCount": s.call.tool_count});
                 batch.push(s.emit("agentInferenceStarted", inference));
             }
             Phase::Relay => {
