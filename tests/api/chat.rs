@@ -969,3 +969,54 @@ async fn the_events_format_streams_the_lifecycle_and_stores_it() {
         "stream_options.heartbeat_interval_ms"
     );
 }
+
+#[tokio::test]
+async fn no_secret_is_stored_in_clear() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    mock.push(Reply::text("one"));
+    mock.push(Reply::status(401, "bad key"));
+    mock.push(Reply::text("streamed"));
+    let mut ids = Vec::new();
+    for (model, stream) in [
+        ("openai/gpt-4o-mini", false),
+        ("anthropic/claude-haiku-4-5", false),
+        ("google/gemini-2.5-flash", true),
+    ] {
+        let response = app
+            .post(
+                "/api/v1/chat/completions",
+                &key,
+                chat(model, json!({"stream": stream})),
+            )
+            .await;
+        ids.push(
+            response.headers["x-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    for id in &ids {
+        wait_for_run(&app, id).await;
+    }
+    let dump = app.db.dump();
+    assert!(
+        dump.contains(&ids[0]),
+        "the dump does not hold the runs, so it proves nothing"
+    );
+    for secret in [
+        OPENAI_CANARY,
+        ANTHROPIC_CANARY,
+        GOOGLE_CANARY,
+        AWS_SECRET_CANARY,
+        "azure-canary-key",
+        key.as_str(),
+        crate::helpers::TEST_JWT_SECRET,
+    ] {
+        assert!(
+            !dump.contains(secret),
+            "a secret is stored in clear: {secret}"
+        );
+    }
+}

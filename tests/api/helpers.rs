@@ -55,6 +55,34 @@ impl TestDatabase {
     }
 }
 
+impl TestDatabase {
+    /// Everything stored, as text: the SQLite files' bytes, or `pg_dump`'s output.
+    pub fn dump(&self) -> String {
+        match self {
+            TestDatabase::Sqlite { path, .. } => {
+                let mut all = Vec::new();
+                for suffix in ["", "-wal"] {
+                    let file = PathBuf::from(format!("{}{suffix}", path.display()));
+                    all.extend(std::fs::read(&file).unwrap_or_default());
+                }
+                String::from_utf8_lossy(&all).into_owned()
+            }
+            TestDatabase::Postgres { url, .. } => {
+                let output = std::process::Command::new("pg_dump")
+                    .arg(url)
+                    .output()
+                    .expect("pg_dump runs");
+                assert!(
+                    output.status.success(),
+                    "pg_dump failed: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                String::from_utf8_lossy(&output.stdout).into_owned()
+            }
+        }
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
         if let TestDatabase::Postgres {
@@ -135,7 +163,7 @@ pub struct TestApp {
     shutdown: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<()>>,
     // Dropped last: the database outlives the server.
-    _db: TestDatabase,
+    pub db: TestDatabase,
 }
 
 pub async fn spawn_app() -> TestApp {
@@ -176,7 +204,7 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
         },
         shutdown: Some(tx),
         server: Some(server),
-        _db: db,
+        db,
     }
 }
 
