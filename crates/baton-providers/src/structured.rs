@@ -56,14 +56,17 @@ impl OutputSchema {
     }
 }
 
-/// Calls the provider and checks the answer against `schema`: an invalid answer is retried
-/// once; both calls' usage is counted. Answers that call tools are not checked.
+/// Calls the provider and, when there is a `schema`, checks the answer against it: an invalid
+/// answer is retried once; both calls' usage is counted. Answers that call tools are not checked.
 pub async fn infer_checked(
     provider: &dyn Provider,
     request: &InferenceRequest,
-    schema: &OutputSchema,
+    schema: Option<&OutputSchema>,
 ) -> ProviderResult<InferenceResponse> {
     let first = provider.infer(request).await?;
+    let Some(schema) = schema else {
+        return Ok(first);
+    };
     let Err(first_problem) = check_answer(schema, &first) else {
         return Ok(first);
     };

@@ -156,10 +156,7 @@ pub async fn chat_completions(
     }
 
     if !parsed.stream {
-        let result = match &schema {
-            Some(schema) => infer_checked(target.provider.as_ref(), &inference, schema).await,
-            None => target.provider.infer(&inference).await,
-        };
+        let result = infer_checked(target.provider.as_ref(), &inference, schema.as_ref()).await;
         return match result {
             Ok(response) => {
                 let credits = pricing

@@ -142,13 +142,12 @@ pub async fn inference(
         .enumerate()
         .map(|(i, name)| VendorTool::parse(name, &format!("vendor_tools[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
-    let response_format = match body.response_schema {
+    let schema = match &body.response_schema {
         None => None,
-        Some(schema) if schema.is_object() => Some(ResponseFormat::JsonSchema {
-            name: "response".into(),
-            schema,
-            strict: None,
-        }),
+        Some(schema) if schema.is_object() => Some(
+            OutputSchema::compile(schema)
+                .map_err(|e| ApiError::validation("response_schema", e))?,
+        ),
         Some(_) => {
             return Err(ApiError::validation(
                 "response_schema",
@@ -156,11 +155,14 @@ pub async fn inference(
             ));
         }
     };
-    let schema = OutputSchema::of(&InferenceRequest {
-        response_format: response_format.clone(),
-        ..InferenceRequest::default()
-    })
-    .map_err(|e| ApiError::validation("response_schema", e))?;
+    let response_format = body
+        .response_schema
+        .filter(|_| schema.is_some())
+        .map(|schema| ResponseFormat::JsonSchema {
+            name: "response".into(),
+            schema,
+            strict: None,
+        });
     let target = resolve(&state, &body.model, "model")?;
     let settings = state.tenant_settings(&principal.tenant).await?;
     let request = InferenceRequest {
@@ -194,10 +196,7 @@ pub async fn inference(
     }
     log.set_request(serde_json::to_value(&request).unwrap_or(Value::Null));
 
-    let result = match &schema {
-        Some(schema) => infer_checked(target.provider.as_ref(), &request, schema).await,
-        None => target.provider.infer(&request).await,
-    };
+    let result = infer_checked(target.provider.as_ref(), &request, schema.as_ref()).await;
     let response = match result {
         Ok(response) => response,
         Err(err) => {
