@@ -18,3 +18,4 @@ mod openapi;
 mod python_sdk;
 mod settings;
 mod validation;
+mod vendor_tools;

@@ -11,6 +11,7 @@ pub mod error;
 pub mod gemini;
 pub mod http;
 pub mod openai;
+pub mod openai_responses;
 pub mod provider;
 pub mod sse;
 pub mod structured;

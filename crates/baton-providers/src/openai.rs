@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::provider::{DeltaStream, Provider};
-use crate::{http, sse};
+use crate::{http, openai_responses, sse};
 
 /// How this server differs from OpenAI's own API.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,6 +81,21 @@ impl OpenAiProvider {
         builder
     }
 
+    /// Vendor tools run only on OpenAI's and Azure's Responses API.
+    fn responses(&self, request: &InferenceRequest) -> Option<openai_responses::Endpoint<'_>> {
+        let azure = matches!(self.flavor, Flavor::Azure { .. });
+        (!request.vendor_tools.is_empty() && (azure || self.flavor == Flavor::OpenAi)).then(|| {
+            openai_responses::Endpoint {
+                provider: &self.key,
+                base_url: &self.base_url,
+                azure,
+                api_key: self.api_key.as_ref(),
+                client: &self.client,
+                timeout: self.timeout,
+            }
+        })
+    }
+
     fn check(&self, request: &InferenceRequest) -> ProviderResult<()> {
         if let Some(tool) = request.vendor_tools.first() {
             return Err(ProviderError::Unsupported {
@@ -102,6 +117,9 @@ impl Provider for OpenAiProvider {
     }
 
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
+        if let Some(endpoint) = self.responses(request) {
+            return endpoint.infer(request).await;
+        }
         self.check(request)?;
         let body = to_wire(request, &self.flavor, false);
         let wire: ChatResponse = http::send_json(
@@ -115,6 +133,9 @@ impl Provider for OpenAiProvider {
     }
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
+        if let Some(endpoint) = self.responses(request) {
+            return endpoint.infer_stream(request).await;
+        }
         self.check(request)?;
         let body = to_wire(request, &self.flavor, true);
         let response = http::send(

@@ -179,6 +179,8 @@ mod tests {
             tokens_in: 10,
             tokens_out: 5,
             model: "us.anthropic.claude-3-v1:0".into(),
+            web_searches: 0,
+            citations: Vec::new(),
         }
     }
 

@@ -122,6 +122,8 @@ mod tests {
             tokens_in: 10,
             tokens_out: 5,
             model: "gemini-2.5-flash".into(),
+            web_searches: 0,
+            citations: Vec::new(),
         }
     }
 

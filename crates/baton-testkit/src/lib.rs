@@ -1,5 +1,6 @@
 //! Test support: a mock LLM provider on a real port that speaks the providers' wire formats
-//! (OpenAI Chat Completions incl. Azure's deployment URLs, Anthropic Messages, Gemini
+//! (OpenAI Chat Completions incl. Azure's deployment URLs, OpenAI Responses incl. Azure's v1
+//! path, Anthropic Messages, Gemini
 //! generateContent, Bedrock Converse with its event-stream framing), scripted per
 //! request, recording what it received. Tests and benchmarks share it.
 //!
@@ -9,5 +10,6 @@
 pub mod bedrock;
 pub mod gemini;
 pub mod mock;
+pub mod responses;
 
-pub use mock::{Answer, MockProvider, Received, Reply, ToolCallReply};
+pub use mock::{Answer, CitationReply, MockProvider, Received, Reply, ToolCallReply};

@@ -21,6 +21,10 @@ pub enum Reply {
         tokens_out: u64,
         /// Served model name; defaults to the requested one.
         model: Option<String>,
+        /// Searches the provider ran itself (vendor `web_search`), and the sources it cited.
+        /// Rendered by the Responses format; the other formats ignore them.
+        web_searches: u64,
+        citations: Vec<CitationReply>,
     },
     /// An HTTP error with the provider's error body.
     Status {
@@ -32,6 +36,13 @@ pub enum Reply {
     Delayed(Duration, Box<Reply>),
     /// Streams the first part of the answer, then breaks the connection.
     BreakAfterFirstChunk(Box<Reply>),
+}
+
+/// A source cited by a scripted answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CitationReply {
+    pub url: String,
+    pub title: String,
 }
 
 #[derive(Debug, Clone)]
@@ -49,6 +60,8 @@ impl Reply {
             tokens_in: 10,
             tokens_out: 5,
             model: None,
+            web_searches: 0,
+            citations: Vec::new(),
         }
     }
 
@@ -58,6 +71,8 @@ impl Reply {
                 text,
                 tool_calls,
                 model,
+                web_searches,
+                citations,
                 ..
             } => Reply::Answer {
                 text,
@@ -65,6 +80,38 @@ impl Reply {
                 tokens_in,
                 tokens_out,
                 model,
+                web_searches,
+                citations,
+            },
+            other => other,
+        }
+    }
+
+    /// The answer as if the provider had searched the web `searches` times and cited
+    /// `citations` (`(url, title)`), as OpenAI's hosted `web_search` tool reports it.
+    pub fn with_web_search(self, searches: u64, citations: &[(&str, &str)]) -> Reply {
+        match self {
+            Reply::Answer {
+                text,
+                tool_calls,
+                tokens_in,
+                tokens_out,
+                model,
+                ..
+            } => Reply::Answer {
+                text,
+                tool_calls,
+                tokens_in,
+                tokens_out,
+                model,
+                web_searches: searches,
+                citations: citations
+                    .iter()
+                    .map(|(url, title)| CitationReply {
+                        url: (*url).to_string(),
+                        title: (*title).to_string(),
+                    })
+                    .collect(),
             },
             other => other,
         }
@@ -81,6 +128,8 @@ impl Reply {
             tokens_in: 10,
             tokens_out: 5,
             model: None,
+            web_searches: 0,
+            citations: Vec::new(),
         }
     }
 
@@ -141,6 +190,8 @@ impl MockProvider {
                 "/openai/deployments/{deployment}/chat/completions",
                 post(azure),
             )
+            .route("/v1/responses", post(responses))
+            .route("/openai/v1/responses", post(azure_responses))
             .route("/v1/messages", post(anthropic))
             .route("/v1beta/models/{call}", post(gemini))
             .route("/model/{model}/converse", post(bedrock))
@@ -183,6 +234,7 @@ impl MockProvider {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Format {
     OpenAi,
+    Responses,
     Anthropic,
     Gemini,
     Bedrock,
@@ -224,6 +276,31 @@ async fn azure(
 ) -> Response {
     let path = format!("/openai/deployments/{deployment}/chat/completions");
     handle(shared, in_body(Format::OpenAi, &path), headers, body).await
+}
+
+async fn responses(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(
+        shared,
+        in_body(Format::Responses, "/v1/responses"),
+        headers,
+        body,
+    )
+    .await
+}
+
+/// Azure's v1 surface: the deployment is the body's `model`, not a path segment.
+async fn azure_responses(
+    State(shared): State<Shared>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(
+        shared,
+        in_body(Format::Responses, "/openai/v1/responses"),
+        headers,
+        body,
+    )
+    .await
 }
 
 async fn anthropic(State(shared): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
@@ -349,7 +426,7 @@ async fn respond(
             retry_after,
         } => {
             let body = match format {
-                Format::OpenAi => {
+                Format::OpenAi | Format::Responses => {
                     json!({"error": {"message": message, "type": "mock_error", "code": Value::Null}})
                 }
                 Format::Anthropic => {
@@ -376,6 +453,8 @@ async fn respond(
             tokens_in,
             tokens_out,
             model: served,
+            web_searches,
+            citations,
         } => {
             let served = served.unwrap_or_else(|| model.to_string());
             let answer = Answer {
@@ -384,10 +463,13 @@ async fn respond(
                 tokens_in,
                 tokens_out,
                 model: served,
+                web_searches,
+                citations,
             };
             if stream {
                 let (bytes, content_type) = match format {
                     Format::OpenAi => (openai_stream(&answer), "text/event-stream"),
+                    Format::Responses => (crate::responses::stream(&answer), "text/event-stream"),
                     Format::Anthropic => (anthropic_stream(&answer), "text/event-stream"),
                     Format::Gemini => (crate::gemini::stream(&answer), "text/event-stream"),
                     Format::Bedrock => (
@@ -399,6 +481,7 @@ async fn respond(
             } else {
                 let body = match format {
                     Format::OpenAi => openai_body(&answer),
+                    Format::Responses => crate::responses::body(&answer),
                     Format::Anthropic => anthropic_body(&answer),
                     Format::Gemini => crate::gemini::body(&answer),
                     Format::Bedrock => crate::bedrock::body(&answer),
@@ -421,6 +504,8 @@ pub struct Answer {
     pub tokens_out: u64,
     /// The served model name.
     pub model: String,
+    pub web_searches: u64,
+    pub citations: Vec<CitationReply>,
 }
 
 fn stream_body(
