@@ -9,6 +9,7 @@ pub use sea_orm_migration::prelude::*;
 
 mod m20261122_000001_foundation;
 mod m20261122_000002_runs;
+mod m20261122_000003_routing;
 
 pub struct Migrator;
 
@@ -18,6 +19,7 @@ impl MigratorTrait for Migrator {
         vec![
             Box::new(m20261122_000001_foundation::Migration),
             Box::new(m20261122_000002_runs::Migration),
+            Box::new(m20261122_000003_routing::Migration),
         ]
     }
 }

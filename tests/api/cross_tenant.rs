@@ -48,6 +48,16 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         .await;
     assert_eq!(settings.status, 200, "{}", settings.text);
 
+    let rule = app
+        .post(
+            "/api/v1/routing-rules",
+            &a.api_key,
+            json!({"alias": format!("{marker}-alias"), "models": ["openai/gpt-4o-mini"], "description": format!("{marker} rule")}),
+        )
+        .await;
+    assert_eq!(rule.status, 201, "{}", rule.text);
+    let rule_id = rule.json()["id"].as_str().unwrap().to_string();
+
     let before = snapshot(&app, &a.api_key, &a_session, &a_key_id, marker).await;
 
     // Every templated path, filled with A's ids.
@@ -64,7 +74,16 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             "/api/v1/customers/{externalId}/deactivate",
             format!("/api/v1/customers/{marker}-customer/deactivate"),
         ),
+        (
+            "/api/v1/routing-rules/{id}",
+            format!("/api/v1/routing-rules/{rule_id}"),
+        ),
     ]);
+    // Bodies that pass validation, so that the tenant check is what answers.
+    let valid_bodies: HashMap<&str, Value> = HashMap::from([(
+        "/api/v1/routing-rules/{id}",
+        json!({"alias": "b-alias", "models": ["openai/gpt-4o-mini"]}),
+    )]);
     let doc = openapi_doc(&app).await;
     // Ids B sent in the URL may be echoed in B's own 404; everything else of A's must not appear.
     let secrets = [
@@ -74,6 +93,8 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         "a-private-marker-key",
         "a-private-marker.example.com",
         "openai/a-private-marker",
+        "a-private-marker-alias",
+        "a-private-marker rule",
         a.id.as_str(),
         a_key_id.as_str(),
     ];
@@ -95,7 +116,12 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             // Creating under B's own tenant cannot touch A; the GET of each list checks leaks.
             continue;
         };
-        let body = matches!(method, Method::POST | Method::PUT).then(|| json!({}));
+        let body = matches!(method, Method::POST | Method::PUT).then(|| {
+            valid_bodies
+                .get(path.as_str())
+                .cloned()
+                .unwrap_or_else(|| json!({}))
+        });
         let mut response = app
             .request(method.clone(), &concrete, Some(&b.api_key), body.clone())
             .await;
@@ -160,5 +186,6 @@ async fn snapshot(
             .await
             .text,
         app.get("/api/v1/settings", key).await.text,
+        app.get("/api/v1/routing-rules", key).await.text,
     ]
 }

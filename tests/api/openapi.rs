@@ -26,6 +26,11 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET", "/api/v1/providers"),
     ("POST", "/api/v1/chat/completions"),
     ("POST", "/api/v1/inference"),
+    ("GET", "/api/v1/routing-rules"),
+    ("POST", "/api/v1/routing-rules"),
+    ("GET", "/api/v1/routing-rules/{id}"),
+    ("PUT", "/api/v1/routing-rules/{id}"),
+    ("DELETE", "/api/v1/routing-rules/{id}"),
 ];
 
 #[tokio::test]

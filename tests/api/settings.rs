@@ -12,7 +12,8 @@ async fn defaults_partial_updates_and_resets() {
         json!({
             "callbackOrigins": [], "textRetentionDays": null, "textSampleRate": 1.0,
             "defaultMaxAgentDepth": 10, "maxCostPerRequestCredits": null, "defaultModel": null,
-            "markupPercent": 0.0, "responseCacheTtlSeconds": 0, "requestsPerMinute": null
+            "markupPercent": 0.0, "responseCacheTtlSeconds": 0, "requestsPerMinute": null,
+            "connectTimeoutMs": null, "firstTokenTimeoutMs": null, "attemptTimeoutMs": null
         })
     );
 

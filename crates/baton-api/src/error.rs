@@ -227,6 +227,9 @@ impl From<StoreError> for ApiError {
 
 impl From<ProviderError> for ApiError {
     fn from(err: ProviderError) -> Self {
+        if let ProviderError::Invalid(invalid) = err {
+            return invalid.into();
+        }
         let message = err.to_string();
         let (status, code) = match &err {
             ProviderError::ModelNotFound { .. } | ProviderError::UnknownProvider(_) => {
@@ -245,6 +248,7 @@ impl From<ProviderError> for ApiError {
             } => (StatusCode::BAD_REQUEST, "PROVIDER_REJECTED"),
             ProviderError::Status { .. }
             | ProviderError::Connection { .. }
+            | ProviderError::Invalid(_)
             | ProviderError::InvalidResponse { .. } => (StatusCode::BAD_GATEWAY, "PROVIDER_ERROR"),
         };
         Self::Status {

@@ -7,6 +7,7 @@ use baton_domain::Timestamp;
 use baton_domain::chat::InferenceResponse;
 use baton_domain::credits::Credits;
 use baton_domain::run::StoredEvent;
+use baton_providers::routing::ChainModel;
 use serde_json::{Value, json};
 
 /// `contentDelta` events are streamed but not stored: they would repeat the response text.
@@ -129,9 +130,19 @@ pub struct CallInfo {
     pub message_count: usize,
     pub tool_count: usize,
     pub inference_id: String,
+    pub was_cached: bool,
+    pub was_fallback: bool,
 }
 
 impl CallInfo {
+    /// The model that answered, once the chain has been walked.
+    pub fn served_by(&mut self, model: &ChainModel, was_fallback: bool, was_cached: bool) {
+        self.provider_key.clone_from(&model.provider);
+        self.model.clone_from(&model.model);
+        self.was_fallback = was_fallback;
+        self.was_cached = was_cached;
+    }
+
     pub fn request_started(&self) -> Value {
         json!({"flowName": Value::Null, "contextId": Value::Null, "model": self.requested_model,
                "hasTools": self.tool_count > 0, "toolCount": self.tool_count})
@@ -154,7 +165,7 @@ impl CallInfo {
             "usage": {"tokensIn": response.usage.tokens_in, "tokensOut": response.usage.tokens_out,
                       "reasoningTokens": response.usage.reasoning_tokens, "costCredits": credits.0, "costUsd": credits.to_usd()},
             "finishReason": response.finish_reason.as_openai(), "toolCallCount": response.tool_calls.len(),
-            "wasCached": false, "wasFallback": false,
+            "wasCached": self.was_cached, "wasFallback": self.was_fallback,
         })
     }
 }

@@ -2,11 +2,14 @@
 //! The only crate that knows axum; handlers parse and authorise, the store persists.
 
 pub mod auth;
+pub mod cache;
 pub mod compat;
 pub mod context;
 pub mod error;
 pub mod events;
 pub mod extract;
+pub mod gateway;
+pub mod limits;
 pub mod routes;
 pub mod runlog;
 pub mod state;

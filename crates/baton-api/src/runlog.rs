@@ -32,6 +32,8 @@ async fn write(writer: &RunWriter, record: RunRecord, events: Vec<StoredEvent>) 
 pub struct Pricing {
     pub catalogue: Arc<Catalogue>,
     pub markup_percent: f64,
+    /// Answers from the response cache cost nothing.
+    free: bool,
 }
 
 impl Pricing {
@@ -39,12 +41,24 @@ impl Pricing {
         Self {
             catalogue,
             markup_percent: settings.markup_percent,
+            free: false,
+        }
+    }
+
+    /// The same pricing for an answer served from the response cache.
+    pub fn for_cached(&self) -> Pricing {
+        Pricing {
+            free: true,
+            ..self.clone()
         }
     }
 
     /// Prices by the served model, else the requested one; a model missing from the catalogue
     /// costs 0 and is flagged `pricingUncertain`.
     pub fn cost(&self, provider: &str, served: &str, requested: &str, usage: &Usage) -> Cost {
+        if self.free {
+            return Cost::default();
+        }
         let descriptor = self
             .catalogue
             .lookup_served(provider, served)
@@ -127,15 +141,6 @@ impl RunLog {
                 "citations": response.citations,
                 "finishReason": response.finish_reason.as_openai(),
             }));
-            record.attempts.push(Attempt {
-                model: format!("{provider}/{model}"),
-                outcome: if status == RunStatus::Succeeded {
-                    "succeeded".into()
-                } else {
-                    "failed".into()
-                },
-                duration_ms,
-            });
             record.completed_at = Some(Timestamp::now());
         }
     }
@@ -145,33 +150,48 @@ impl RunLog {
         self.flush().await;
     }
 
-    pub async fn fail(mut self, provider: Option<&str>, model: Option<&str>, error: &ApiError) {
-        self.mark_failed(provider, model, error.code(), &error.to_string());
+    /// A request that got no answer. `spent` is what failed attempts still cost (a structured
+    /// answer that was invalid twice); it is priced and billed.
+    pub async fn fail(
+        mut self,
+        model: Option<(&str, &str)>,
+        error: &ApiError,
+        spent: Usage,
+    ) {
+        let duration_ms = self.elapsed_ms();
+        let cost = model.map(|(provider, model)| self.pricing.cost(provider, model, model, &spent));
+        if let Some(record) = self.record.as_mut() {
+            record.status = RunStatus::Failed;
+            record.error_code = Some(error.code().to_string());
+            record.error_message = Some(error.to_string());
+            record.duration_ms = duration_ms;
+            record.completed_at = Some(Timestamp::now());
+            if let Some((provider, _)) = model {
+                record.provider = Some(provider.to_string());
+            }
+            if let Some(cost) = cost {
+                record.usage = spent;
+                record.cost_credits = cost.billed.0;
+                record.raw_cost_credits = cost.raw.0;
+                record.pricing_uncertain = cost.pricing_uncertain;
+            }
+        }
         self.flush().await;
     }
 
-    fn mark_failed(
-        &mut self,
-        provider: Option<&str>,
-        model: Option<&str>,
-        code: &str,
-        message: &str,
-    ) {
-        let duration_ms = self.elapsed_ms();
+    /// The models tried, in order, and whether the answer came from a fallback.
+    pub fn record_routing(&mut self, attempts: Vec<Attempt>, fallback_used: bool) {
         if let Some(record) = self.record.as_mut() {
-            record.status = RunStatus::Failed;
-            record.error_code = Some(code.to_string());
-            record.error_message = Some(message.to_string());
-            record.duration_ms = duration_ms;
-            record.completed_at = Some(Timestamp::now());
-            if let (Some(provider), Some(model)) = (provider, model) {
-                record.provider = Some(provider.to_string());
-                record.attempts.push(Attempt {
-                    model: format!("{provider}/{model}"),
-                    outcome: code.to_string(),
-                    duration_ms,
-                });
-            }
+            record.attempts.extend(attempts);
+            record.fallback_used = fallback_used;
+        }
+    }
+
+    /// The answer comes from the response cache: no provider call, so no cost.
+    pub fn mark_cached(&mut self) {
+        self.pricing = self.pricing.for_cached();
+        if let Some(record) = self.record.as_mut() {
+            record.was_cached = true;
         }
     }
 

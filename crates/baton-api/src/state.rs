@@ -7,6 +7,7 @@ use std::time::Duration;
 use baton_domain::TenantId;
 use baton_domain::settings::TenantSettings;
 use baton_providers::Registry;
+use baton_providers::routing::{Router, RouterConfig, RuleSet};
 use baton_store::Store;
 use baton_store::runs::RunWriter;
 use moka::future::Cache;
@@ -14,6 +15,8 @@ use secrecy::{ExposeSecret, SecretString};
 
 use crate::auth::login::{LoginLimiter, spawn_pruner};
 use crate::auth::{Authenticator, SessionKeys, SessionSettings};
+use crate::cache::ResponseCache;
+use crate::limits::TenantLimiters;
 use crate::error::ApiError;
 
 /// What the HTTP layer needs from the operator's configuration.
@@ -28,6 +31,10 @@ pub struct ApiConfig {
     /// HS256 key for session tokens. When absent, one is generated and kept in the database so
     /// every instance shares it.
     pub jwt_secret: Option<SecretString>,
+    /// Size bound of the response cache, in bytes of cached answers.
+    pub response_cache_max_bytes: u64,
+    /// Circuit breakers of the model router.
+    pub router: RouterConfig,
 }
 
 impl Default for ApiConfig {
@@ -38,6 +45,8 @@ impl Default for ApiConfig {
             session_ttl: Duration::from_secs(12 * 3600),
             login_attempts_per_minute: NonZeroU32::MIN.saturating_add(9),
             jwt_secret: None,
+            response_cache_max_bytes: 256 * 1024 * 1024,
+            router: RouterConfig::default(),
         }
     }
 }
@@ -52,6 +61,12 @@ pub struct AppState {
     pub runs: RunWriter,
     /// Tenant settings read on the hot path; dropped on change (other instances: TTL).
     settings: Cache<String, Arc<TenantSettings>>,
+    /// Tenant routing rules, likewise.
+    rules: Cache<String, Arc<RuleSet>>,
+    /// Orders model chains and keeps the circuit breakers.
+    pub router: Arc<Router>,
+    pub responses: ResponseCache,
+    pub limiters: TenantLimiters,
     pub config: Arc<ApiConfig>,
 }
 
@@ -95,6 +110,13 @@ impl AppState {
         let login_limiter = LoginLimiter::per_minute(config.login_attempts_per_minute);
         spawn_pruner(login_limiter.clone(), Duration::from_secs(60));
         Ok(AppState {
+            router: Arc::new(Router::new(providers.clone(), config.router)),
+            responses: ResponseCache::new(config.response_cache_max_bytes),
+            limiters: TenantLimiters::new(),
+            rules: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(SETTINGS_CACHE_TTL)
+                .build(),
             auth: Arc::new(Authenticator::new(store.clone(), sessions)),
             store,
             login_limiter,
@@ -125,6 +147,22 @@ impl AppState {
 
     pub async fn forget_settings(&self, tenant: &TenantId) {
         self.settings.invalidate(tenant.as_str()).await;
+    }
+
+    /// The tenant's routing rules by alias, from the cache when fresh.
+    pub async fn routing_rules(&self, tenant: &TenantId) -> Result<Arc<RuleSet>, ApiError> {
+        if let Some(rules) = self.rules.get(tenant.as_str()).await {
+            return Ok(rules);
+        }
+        let rules = Arc::new(RuleSet::new(self.store.list_routing_rules(tenant).await?));
+        self.rules
+            .insert(tenant.as_str().to_string(), rules.clone())
+            .await;
+        Ok(rules)
+    }
+
+    pub async fn forget_routing_rules(&self, tenant: &TenantId) {
+        self.rules.invalidate(tenant.as_str()).await;
     }
 }
 

@@ -12,6 +12,7 @@ pub mod error;
 pub mod ids;
 pub mod model;
 pub mod origin;
+pub mod routing;
 pub mod run;
 pub mod settings;
 pub mod tags;

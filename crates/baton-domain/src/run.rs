@@ -103,6 +103,8 @@ pub struct RunRecord {
     pub error_message: Option<String>,
     pub detail_dropped: bool,
     pub fallback_used: bool,
+    /// Served from the response cache: no provider call, no cost.
+    pub was_cached: bool,
     pub attempts: Vec<Attempt>,
     pub is_debug: bool,
     pub created_at: Timestamp,

@@ -31,6 +31,26 @@ pub struct TenantSettings {
     pub response_cache_ttl_seconds: u64,
     /// Requests per minute accepted for this tenant; `null` means unlimited.
     pub requests_per_minute: Option<u32>,
+    /// Per model attempt: until a stream's response headers; `null`: no own limit.
+    pub connect_timeout_ms: Option<u64>,
+    /// Per model attempt: until a stream's first token.
+    pub first_token_timeout_ms: Option<u64>,
+    /// Per model attempt: the whole answer.
+    pub attempt_timeout_ms: Option<u64>,
+}
+
+/// Longest per-attempt timeout a tenant or a request may set (one hour).
+pub const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// Checks a per-attempt timeout given in milliseconds.
+pub fn validate_timeout_ms(value: u64, param: &str) -> DomainResult<u64> {
+    if value == 0 || value > MAX_TIMEOUT_MS {
+        return Err(DomainError::validation(
+            param,
+            format!("{param} must be between 1 and {MAX_TIMEOUT_MS} milliseconds"),
+        ));
+    }
+    Ok(value)
 }
 
 impl Default for TenantSettings {
@@ -45,6 +65,9 @@ impl Default for TenantSettings {
             markup_percent: 0.0,
             response_cache_ttl_seconds: 0,
             requests_per_minute: None,
+            connect_timeout_ms: None,
+            first_token_timeout_ms: None,
+            attempt_timeout_ms: None,
         }
     }
 }
@@ -85,6 +108,15 @@ pub struct SettingsPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<u32>))]
     pub requests_per_minute: Option<Option<u32>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>))]
+    pub connect_timeout_ms: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>))]
+    pub first_token_timeout_ms: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "double_option")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>))]
+    pub attempt_timeout_ms: Option<Option<u64>>,
 }
 
 /// Distinguishes a field set to `null` (`Some(None)`) from an absent one (`None`).
@@ -183,6 +215,27 @@ impl TenantSettings {
             }
             next.requests_per_minute = rpm;
         }
+        for (patch, field, param) in [
+            (
+                patch.connect_timeout_ms,
+                &mut next.connect_timeout_ms,
+                "connectTimeoutMs",
+            ),
+            (
+                patch.first_token_timeout_ms,
+                &mut next.first_token_timeout_ms,
+                "firstTokenTimeoutMs",
+            ),
+            (
+                patch.attempt_timeout_ms,
+                &mut next.attempt_timeout_ms,
+                "attemptTimeoutMs",
+            ),
+        ] {
+            if let Some(value) = patch {
+                *field = value.map(|ms| validate_timeout_ms(ms, param)).transpose()?;
+            }
+        }
         Ok(next)
     }
 }
@@ -235,6 +288,9 @@ mod tests {
                 "callbackOrigins[1]",
             ),
             (r#"{"textRetentionDays": 0}"#, "textRetentionDays"),
+            (r#"{"connectTimeoutMs": 0}"#, "connectTimeoutMs"),
+            (r#"{"firstTokenTimeoutMs": 3600001}"#, "firstTokenTimeoutMs"),
+            (r#"{"attemptTimeoutMs": 0}"#, "attemptTimeoutMs"),
         ] {
             let DomainError::Validation { param, .. } =
                 TenantSettings::default().apply(patch(json)).unwrap_err();

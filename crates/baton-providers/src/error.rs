@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use baton_domain::DomainError;
+use baton_domain::chat::Usage;
 use thiserror::Error;
 
 /// Why a model call failed. Messages keep what the provider said but never a credential.
@@ -34,7 +36,15 @@ pub enum ProviderError {
     UnknownProvider(String),
     /// The answer did not follow the requested JSON Schema, twice.
     #[error("{provider} answered twice without following the response schema: {message}")]
-    InvalidOutput { provider: String, message: String },
+    InvalidOutput {
+        provider: String,
+        message: String,
+        /// What the two answers cost: billed although the request failed.
+        usage: Usage,
+    },
+    /// A model name or routing choice that cannot be used, named by its field.
+    #[error(transparent)]
+    Invalid(#[from] DomainError),
     /// The request asks for something this provider cannot do (e.g. a vendor tool it lacks).
     #[error("{provider} does not support {what}")]
     Unsupported { provider: String, what: String },
@@ -53,7 +63,35 @@ impl ProviderError {
             | ProviderError::ModelNotFound { .. }
             | ProviderError::NotConfigured(_)
             | ProviderError::UnknownProvider(_)
+            | ProviderError::Invalid(_)
             | ProviderError::Unsupported { .. } => false,
+        }
+    }
+
+    /// A short word for the invocation log's attempt list.
+    pub fn outcome(&self) -> &'static str {
+        match self {
+            ProviderError::Status { status: 429, .. } => "rate_limited",
+            ProviderError::Status { status, .. } if *status >= 500 => "server_error",
+            ProviderError::Status { .. } => "rejected",
+            ProviderError::Timeout { .. } => "timeout",
+            ProviderError::Connection { .. } => "connection_error",
+            ProviderError::InvalidResponse { .. } => "invalid_response",
+            ProviderError::ModelNotFound { .. } | ProviderError::UnknownProvider(_) => {
+                "model_not_found"
+            }
+            ProviderError::NotConfigured(_) => "not_configured",
+            ProviderError::InvalidOutput { .. } => "invalid_output",
+            ProviderError::Invalid(_) => "invalid_request",
+            ProviderError::Unsupported { .. } => "unsupported",
+        }
+    }
+
+    /// Tokens a failed call still consumed.
+    pub fn spent_usage(&self) -> Option<Usage> {
+        match self {
+            ProviderError::InvalidOutput { usage, .. } => Some(*usage),
+            _ => None,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod http;
 pub mod openai;
 pub mod openai_responses;
 pub mod provider;
+pub mod routing;
 pub mod sse;
 pub mod structured;
 
@@ -117,6 +118,11 @@ impl Registry {
 
     pub fn is_known(&self, key: &str) -> bool {
         self.configured.contains_key(key)
+    }
+
+    /// Whether the provider has credentials (so it can be called).
+    pub fn is_configured(&self, key: &str) -> bool {
+        self.configured.get(key).copied().unwrap_or(false)
     }
 
     pub fn catalogue(&self) -> &Arc<Catalogue> {

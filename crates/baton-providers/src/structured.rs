@@ -84,6 +84,7 @@ pub async fn infer_checked(
         Err(problem) => Err(ProviderError::InvalidOutput {
             provider: provider.key().to_string(),
             message: problem,
+            usage: second.usage,
         }),
     }
 }

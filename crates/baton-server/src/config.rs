@@ -13,6 +13,8 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
+use baton_providers::routing::{BreakerConfig, RouterConfig};
+
 use crate::error::ServerError;
 
 pub const DEFAULT_DATABASE_URL: &str = "sqlite://./baton.db";
@@ -28,6 +30,8 @@ const KNOWN_KEYS: &[&str] = &[
     "database",
     "server",
     "auth",
+    "routing",
+    "cache",
 ];
 /// `BATON_*` variables read elsewhere (tests, the outbound guard), not configuration keys.
 const NON_CONFIG_VARS: &[&str] = &["test_database_url", "dev_allow_private_network", "log"];
@@ -51,6 +55,10 @@ pub struct Config {
     pub server: ServerConfig,
     #[serde(default)]
     pub auth: AuthConfig,
+    #[serde(default)]
+    pub routing: RoutingConfig,
+    #[serde(default)]
+    pub cache: CacheConfig,
     /// A model catalogue file replacing the one shipped with Baton.
     #[serde(default)]
     pub catalogue_path: Option<PathBuf>,
@@ -124,6 +132,41 @@ impl Default for AuthConfig {
     }
 }
 
+/// The model router's circuit breakers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RoutingConfig {
+    /// Consecutive retryable failures that open a model's breaker.
+    pub breaker_failure_threshold: u32,
+    /// How long an open breaker skips its model before one probe request.
+    pub breaker_cooldown_ms: u64,
+}
+
+impl Default for RoutingConfig {
+    fn default() -> Self {
+        let breaker = BreakerConfig::default();
+        Self {
+            breaker_failure_threshold: breaker.threshold,
+            breaker_cooldown_ms: u64::try_from(breaker.cooldown.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CacheConfig {
+    /// Bound on the response cache (tenants opt in with `responseCacheTtlSeconds`).
+    pub response_cache_max_bytes: u64,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            response_cache_max_bytes: ApiConfig::default().response_cache_max_bytes,
+        }
+    }
+}
+
 fn default_bind() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8080))
 }
@@ -188,6 +231,13 @@ impl Config {
             session_ttl: Duration::from_secs(self.auth.session_ttl_secs),
             login_attempts_per_minute: attempts,
             jwt_secret: self.auth.jwt_secret.clone(),
+            response_cache_max_bytes: self.cache.response_cache_max_bytes,
+            router: RouterConfig {
+                breaker: BreakerConfig {
+                    threshold: self.routing.breaker_failure_threshold.max(1),
+                    cooldown: Duration::from_millis(self.routing.breaker_cooldown_ms),
+                },
+            },
         })
     }
 }

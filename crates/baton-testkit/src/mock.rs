@@ -486,6 +486,10 @@ async fn respond(
                     Format::Gemini => crate::gemini::body(&answer),
                     Format::Bedrock => crate::bedrock::body(&answer),
                 };
+                if break_early {
+                    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+                    return stream_body(bytes, "application/json", chunk_bytes, gap, true);
+                }
                 axum::Json(body).into_response()
             }
         }
@@ -520,7 +524,17 @@ fn stream_body(
         .map(Bytes::copy_from_slice)
         .collect();
     if break_early {
-        pieces.truncate(pieces.len().min(3));
+        // Over half of the answer arrives (a stream has content by then), the rest never does.
+        let mut kept = 0;
+        let keep = pieces
+            .iter()
+            .take_while(|piece| {
+                let before = kept;
+                kept += piece.len();
+                before < bytes.len() * 6 / 10
+            })
+            .count();
+        pieces.truncate(keep.max(1));
     }
     let stream = futures::stream::unfold(
         (pieces.into_iter(), false),

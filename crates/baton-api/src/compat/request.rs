@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::error::ApiError;
+use crate::gateway::RequestTimeouts;
 
 const MAX_MESSAGES: usize = 10_000;
 const MAX_TOOLS: usize = 256;
@@ -59,6 +60,9 @@ pub struct ChatCompletionRequest {
     /// Cache-bust string: part of the response-cache key, never sent to providers.
     #[serde(default)]
     pub x_nonce: Option<String>,
+    /// Per model attempt time limits; override the tenant's settings.
+    #[serde(default)]
+    pub x_timeouts: Option<RequestTimeouts>,
     #[serde(flatten)]
     #[schema(ignore)]
     pub ignored: Map<String, Value>,
@@ -118,6 +122,7 @@ pub struct ParsedChat {
     pub stream_options: Map<String, Value>,
     pub customer: Option<String>,
     pub nonce: Option<String>,
+    pub timeouts: RequestTimeouts,
 }
 
 fn invalid(param: impl Into<String>, message: impl Into<String>) -> ApiError {
@@ -237,6 +242,10 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
             .or(request.user)
             .filter(|c| !c.trim().is_empty()),
         nonce: request.x_nonce,
+        timeouts: request
+            .x_timeouts
+            .unwrap_or_default()
+            .validated("x_timeouts")?,
     })
 }
 

@@ -2,7 +2,6 @@
 //! (chunks format, DESIGN.md "Streams").
 
 use std::convert::Infallible;
-use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
@@ -11,69 +10,26 @@ use axum::response::{IntoResponse, Response};
 use baton_domain::chat::{InferenceRequest, InferenceResponse, ResponseAccumulator};
 use baton_domain::credits::Credits;
 use baton_domain::customer::validate_external_id;
-use baton_domain::model::ModelRef;
 use baton_domain::run::{COMPATIBLE_ENVIRONMENT, RunKind};
 use baton_domain::tags::parse_tag_header;
-use baton_providers::structured::{OutputSchema, infer_checked};
-use baton_providers::{DeltaStream, Provider};
+use baton_providers::DeltaStream;
+use baton_providers::routing::{ChainModel, ModelSelection, Named};
+use baton_providers::structured::OutputSchema;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 
 use crate::auth::Principal;
+use crate::cache::CacheFill;
 use crate::compat::request::{ChatCompletionRequest, parse};
 use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::events::{CallInfo, EventLog, emit_failure, request_completed};
 use crate::extract::Json;
+use crate::gateway::{answer, open_stream, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, event_stream};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
-
-/// A model resolved to the provider that serves it.
-pub(crate) struct Target {
-    pub provider: Arc<dyn Provider>,
-    pub provider_key: String,
-    pub model: String,
-}
-
-/// Resolves `<provider>/<model>` (or a bare provider key, meaning its default model).
-pub(crate) fn resolve(state: &AppState, model: &str, param: &str) -> ApiResult<Target> {
-    let reference = ModelRef::parse(model, param)?;
-    let providers = &state.providers;
-    if !providers.is_known(&reference.provider) {
-        return Err(ApiError::Status {
-            status: axum::http::StatusCode::NOT_FOUND,
-            code: "MODEL_NOT_FOUND",
-            message: format!(
-                "unknown provider '{}' in model '{model}'",
-                reference.provider
-            ),
-        });
-    }
-    let model = match reference.model {
-        Some(model) => model,
-        None => providers
-            .catalogue()
-            .default_model(&reference.provider)
-            .map(str::to_string)
-            .ok_or_else(|| {
-                ApiError::validation(
-                    param,
-                    format!(
-                        "provider '{}' has no default model: name one",
-                        reference.provider
-                    ),
-                )
-            })?,
-    };
-    let provider = providers.get(&reference.provider)?.clone();
-    Ok(Target {
-        provider,
-        provider_key: reference.provider,
-        model,
-    })
-}
 
 pub(crate) fn header_tags(headers: &HeaderMap) -> ApiResult<Vec<String>> {
     match headers.get("x-baton-tags") {
@@ -114,16 +70,31 @@ pub async fn chat_completions(
     let tags = header_tags(&headers)?;
     let parsed = parse(body)?;
     let customer = customer_of(&headers, parsed.customer.as_deref())?;
-    let target = resolve(&state, &parsed.model, "model")?;
     let settings = state.tenant_settings(&principal.tenant).await?;
-    let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
     let event_options = (parsed.stream && chat_events::wants_events(&parsed.stream_options))
         .then(|| EventOptions::parse(&parsed.stream_options))
         .transpose()?;
     let mut inference: InferenceRequest = parsed.inference;
-    inference.model = target.model.clone();
     let schema = OutputSchema::of(&inference)
         .map_err(|e| ApiError::validation("response_format.json_schema.schema", e))?;
+    let selection = ModelSelection {
+        configured: Some(Named {
+            name: &parsed.model,
+            param: "model",
+        }),
+        ..ModelSelection::default()
+    };
+    let plan = plan_call(
+        &state,
+        &principal.tenant,
+        &settings,
+        selection,
+        &inference,
+        parsed.nonce.as_deref(),
+        parsed.timeouts,
+    )
+    .await?;
+    let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
 
     let mut log = RunLog::start(
         state.runs.clone(),
@@ -140,13 +111,19 @@ pub async fn chat_completions(
     }
     log.set_request(serde_json::to_value(&inference).unwrap_or(Value::Null));
     let created = now_secs();
-    let call = CallInfo {
-        provider_key: target.provider_key.clone(),
-        model: target.model.clone(),
+    let primary = plan.chain.primary().cloned().unwrap_or(ChainModel {
+        provider: String::new(),
+        model: parsed.model.clone(),
+    });
+    let mut call = CallInfo {
+        provider_key: primary.provider,
+        model: primary.model,
         requested_model: parsed.model.clone(),
         message_count: inference.messages.len(),
         tool_count: inference.tools.len(),
         inference_id: uuid::Uuid::now_v7().to_string(),
+        was_cached: false,
+        was_fallback: false,
     };
     // The events format emits as it goes; the other formats keep the lifecycle for the log.
     let mut events = EventLog::new(request_id.0.clone());
@@ -156,83 +133,115 @@ pub async fn chat_completions(
     }
 
     if !parsed.stream {
-        let result = infer_checked(target.provider.as_ref(), &inference, schema.as_ref()).await;
-        return match result {
-            Ok(response) => {
-                let credits = pricing
-                    .cost(
-                        &target.provider_key,
-                        response.model_or(&target.model),
-                        &target.model,
-                        &response.usage,
-                    )
-                    .billed;
-                finish_events(&mut events, &call, Ok((&response, credits)));
+        let answer = match answer(
+            &state,
+            &principal.tenant,
+            &plan,
+            &mut inference,
+            schema.as_ref(),
+            &mut log,
+        )
+        .await
+        {
+            Ok(answer) => answer,
+            Err(failure) => {
+                finish_events(&mut events, &call, Err(&failure.error));
                 log.attach_events(events.take_stored());
-                log.succeed(&target.provider_key, &target.model, &response)
-                    .await;
-                let served = format!(
-                    "{}/{}",
-                    target.provider_key,
-                    response.model_or(&target.model)
-                );
-                Ok(
-                    axum::Json(completion(&request_id.0, created, served, &response))
-                        .into_response(),
-                )
-            }
-            Err(err) => {
-                let err = ApiError::from(err);
-                finish_events(&mut events, &call, Err(&err));
-                log.attach_events(events.take_stored());
-                log.fail(Some(&target.provider_key), Some(&target.model), &err)
-                    .await;
-                Err(err)
+                return Err(failure.log(log).await);
             }
         };
+        call.served_by(&answer.model, answer.fallback_used, answer.cached);
+        let response = answer.value;
+        let pricing = if answer.cached {
+            pricing.for_cached()
+        } else {
+            pricing
+        };
+        let credits = pricing
+            .cost(
+                &call.provider_key,
+                response.model_or(&call.model),
+                &call.model,
+                &response.usage,
+            )
+            .billed;
+        finish_events(&mut events, &call, Ok((&response, credits)));
+        log.attach_events(events.take_stored());
+        log.succeed(&call.provider_key, &call.model, &response)
+            .await;
+        let served = format!("{}/{}", call.provider_key, response.model_or(&call.model));
+        let mut reply =
+            axum::Json(completion(&request_id.0, created, served, &response)).into_response();
+        mark_fallback(&mut reply, answer.fallback_used);
+        return Ok(reply);
     }
 
     // Errors before the first byte are ordinary error responses; later ones are error chunks.
-    let upstream = match target.provider.infer_stream(&inference).await {
-        Ok(upstream) => upstream,
-        Err(err) => {
-            let err = ApiError::from(err);
+    let answer = match open_stream(&state, &principal.tenant, &plan, &mut inference, &mut log).await {
+        Ok(answer) => answer,
+        Err(failure) => {
             if event_options.is_none() {
-                finish_events(&mut events, &call, Err(&err));
+                finish_events(&mut events, &call, Err(&failure.error));
             } else {
-                emit_failure(&mut events, err.code(), &err.to_string());
+                emit_failure(&mut events, failure.error.code(), &failure.error.to_string());
             }
             log.attach_events(events.take_stored());
-            log.fail(Some(&target.provider_key), Some(&target.model), &err)
-                .await;
-            return Err(err);
+            return Err(failure.log(log).await);
         }
     };
-    if let Some(options) = event_options {
-        let stream = EventStream::new(upstream, events, options, log, pricing, call);
-        return Ok(Sse::new(event_stream(stream)).into_response());
-    }
-    let writer = ChunkWriter::new(
-        request_id.0.clone(),
-        created,
-        format!("{}/{}", target.provider_key, target.model),
-    );
-    let state = ChunkStream {
-        upstream,
-        events,
-        call,
-        pricing,
-        writer,
-        accumulator: ResponseAccumulator::new(target.model.clone()),
-        include_usage: inference.stream_usage,
-        request_id: request_id.0,
-        next_id: 0,
-        phase: Phase::Start,
-        log: Some(log),
-        provider_key: target.provider_key,
-        model: target.model,
+    call.served_by(&answer.model, answer.fallback_used, answer.cached);
+    let pricing = if answer.cached {
+        pricing.for_cached()
+    } else {
+        pricing
     };
-    Ok(Sse::new(chunk_events(state)).into_response())
+    let fill = plan
+        .cache
+        .clone()
+        .filter(|_| !answer.cached)
+        .map(|slot| CacheFill {
+            cache: state.responses.clone(),
+            slot,
+            model: answer.model.clone(),
+        });
+    let upstream = answer.value;
+    let mut reply = if let Some(options) = event_options {
+        let stream = EventStream::new(upstream, events, options, log, pricing, call, fill);
+        Sse::new(event_stream(stream)).into_response()
+    } else {
+        let writer = ChunkWriter::new(
+            request_id.0.clone(),
+            created,
+            format!("{}/{}", call.provider_key, call.model),
+        );
+        let state = ChunkStream {
+            upstream,
+            events,
+            pricing,
+            writer,
+            accumulator: ResponseAccumulator::new(call.model.clone()),
+            include_usage: inference.stream_usage,
+            request_id: request_id.0,
+            next_id: 0,
+            phase: Phase::Start,
+            log: Some(log),
+            fill,
+            call,
+        };
+        Sse::new(chunk_events(state)).into_response()
+    };
+    mark_fallback(&mut reply, answer.fallback_used);
+    Ok(reply)
+}
+
+/// `X-Baton-Fallback-Used: true` when a model other than the first planned one answered.
+fn mark_fallback(response: &mut Response, fallback_used: bool) {
+    if fallback_used {
+        response.headers_mut().insert(
+            "x-baton-fallback-used",
+            axum::http::HeaderValue::from_static("true"),
+        );
+    }
 }
 
 /// Customer attribution: `X-Baton-Customer-Id`, else body `customerId`, else `user`.
@@ -279,6 +288,7 @@ struct ChunkStream {
     upstream: DeltaStream,
     /// Lifecycle events kept for the log (the chunks format does not stream them).
     events: EventLog,
+    /// The call as served (provider and model that answered).
     call: CallInfo,
     pricing: Pricing,
     writer: ChunkWriter,
@@ -289,8 +299,8 @@ struct ChunkStream {
     phase: Phase,
     /// Taken when the stream ends; still here on drop means the client went away.
     log: Option<RunLog>,
-    provider_key: String,
-    model: String,
+    /// Where a complete answer is cached.
+    fill: Option<CacheFill>,
 }
 
 impl ChunkStream {
@@ -315,7 +325,7 @@ impl ChunkStream {
         let partial = self.partial();
         let credits = self
             .pricing
-            .cost(&self.provider_key, &self.model, &self.model, &partial.usage)
+            .cost(&self.call.provider_key, &self.call.model, &self.call.model, &partial.usage)
             .billed;
         let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
         match outcome {
@@ -337,8 +347,8 @@ impl Drop for ChunkStream {
             // what was produced so far is still logged and billed.
             let partial = self.partial();
             log.finish_partial(
-                &self.provider_key,
-                &self.model,
+                &self.call.provider_key,
+                &self.call.model,
                 &partial,
                 "CLIENT_DISCONNECTED",
                 "the client closed the stream",
@@ -378,8 +388,8 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                         let partial = state.partial();
                         state.close_events(&mut log, Err(&error));
                         log.finish_partial(
-                            &state.provider_key,
-                            &state.model,
+                            &state.call.provider_key,
+                            &state.call.model,
                             &partial,
                             error.code(),
                             &error.to_string(),
@@ -397,8 +407,11 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                     if let Some(mut log) = state.log.take() {
                         let response = state.partial();
                         state.close_events(&mut log, Ok(()));
-                        log.succeed(&state.provider_key, &state.model, &response)
+                        log.succeed(&state.call.provider_key, &state.call.model, &response)
                             .await;
+                        if let Some(fill) = state.fill.take() {
+                            fill.fill(response).await;
+                        }
                     }
                 }
             },

@@ -13,6 +13,7 @@ use futures::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 use tokio::time::{Interval, interval_at};
 
+use crate::cache::CacheFill;
 use crate::error::ApiError;
 use crate::events::{CallInfo, EventFilter, EventLog, request_completed};
 
@@ -103,6 +104,8 @@ pub struct EventStream {
     usage_tick: Interval,
     heartbeat_tick: Interval,
     phase: Phase,
+    /// Where a complete answer is cached.
+    fill: Option<CacheFill>,
 }
 
 impl EventStream {
@@ -113,6 +116,7 @@ impl EventStream {
         log: RunLog,
         pricing: Pricing,
         call: CallInfo,
+        fill: Option<CacheFill>,
     ) -> Self {
         let now = tokio::time::Instant::now();
         Self {
@@ -130,6 +134,7 @@ impl EventStream {
             inference_started: Instant::now(),
             call,
             phase: Phase::Start,
+            fill,
         }
     }
 
@@ -261,6 +266,9 @@ pub fn event_stream(state: EventStream) -> impl Stream<Item = Result<Event, Infa
                                 let response = s.accumulator.snapshot();
                                 log.attach_events(s.events.take_stored());
                                 log.succeed(&s.call.provider_key, &s.call.model, &response).await;
+                                if let Some(fill) = s.fill.take() {
+                                    fill.fill(response).await;
+                                }
                             }
                             batch.push(Some(done_event()));
                         }

@@ -10,14 +10,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use baton_providers::structured::{OutputSchema, infer_checked};
+use baton_providers::routing::{ModelSelection, Named};
+use baton_providers::structured::OutputSchema;
 
 use crate::auth::Principal;
 use crate::compat::request::{WireMessage, message};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
-use crate::routes::chat::{customer_of, header_tags, resolve};
+use crate::gateway::{RequestTimeouts, answer, plan_call};
+use crate::routes::chat::{customer_of, header_tags};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 
@@ -58,6 +60,12 @@ pub struct InferenceBody {
     pub is_debug: bool,
     #[serde(default, rename = "customerId")]
     pub customer_id: Option<String>,
+    /// Cache-bust string: part of the response-cache key, never sent to providers.
+    #[serde(default)]
+    pub nonce: Option<String>,
+    /// Per model attempt time limits; override the tenant's settings.
+    #[serde(default)]
+    pub timeouts: Option<RequestTimeouts>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -78,6 +86,8 @@ pub struct InferenceResult {
     /// `<provider>/<model>` that answered.
     pub served_model: String,
     pub fallback_used: bool,
+    /// Served from the response cache (no provider call, no cost).
+    pub was_cached: bool,
     pub text: String,
     /// The answer parsed as JSON, when a `response_schema` was given.
     #[schema(value_type = Option<Object>)]
@@ -163,10 +173,8 @@ pub async fn inference(
             schema,
             strict: None,
         });
-    let target = resolve(&state, &body.model, "model")?;
     let settings = state.tenant_settings(&principal.tenant).await?;
-    let request = InferenceRequest {
-        model: target.model.clone(),
+    let mut request = InferenceRequest {
         messages,
         temperature: body.temperature,
         top_p: body.top_p,
@@ -178,6 +186,24 @@ pub async fn inference(
         vendor_tools,
         ..InferenceRequest::default()
     };
+    let selection = ModelSelection {
+        configured: Some(Named {
+            name: &body.model,
+            param: "model",
+        }),
+        ..ModelSelection::default()
+    };
+    let timeouts = body.timeouts.unwrap_or_default().validated("timeouts")?;
+    let plan = plan_call(
+        &state,
+        &principal.tenant,
+        &settings,
+        selection,
+        &request,
+        body.nonce.as_deref(),
+        timeouts,
+    )
+    .await?;
 
     let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
     let mut log = RunLog::start(
@@ -196,29 +222,33 @@ pub async fn inference(
     }
     log.set_request(serde_json::to_value(&request).unwrap_or(Value::Null));
 
-    let result = infer_checked(target.provider.as_ref(), &request, schema.as_ref()).await;
-    let response = match result {
-        Ok(response) => response,
-        Err(err) => {
-            let err = ApiError::from(err);
-            log.fail(Some(&target.provider_key), Some(&target.model), &err)
-                .await;
-            return Err(err);
-        }
+    let answer = match answer(
+        &state,
+        &principal.tenant,
+        &plan,
+        &mut request,
+        schema.as_ref(),
+        &mut log,
+    )
+    .await
+    {
+        Ok(answer) => answer,
+        Err(failure) => return Err(failure.log(log).await),
     };
+    let response = answer.value;
+    let (provider, model) = (&answer.model.provider, &answer.model.model);
     let served = if response.model.is_empty() {
-        target.model.clone()
+        model.clone()
     } else {
         response.model.clone()
     };
-    let cost = pricing.cost(
-        &target.provider_key,
-        &served,
-        &target.model,
-        &response.usage,
-    );
-    log.succeed(&target.provider_key, &target.model, &response)
-        .await;
+    let pricing = if answer.cached {
+        pricing.for_cached()
+    } else {
+        pricing
+    };
+    let cost = pricing.cost(provider, &served, model, &response.usage);
+    log.succeed(provider, model, &response).await;
     let json = if request.response_format.is_some() {
         serde_json::from_str(&response.text).ok()
     } else {
@@ -227,8 +257,9 @@ pub async fn inference(
     Ok(axum::Json(InferenceResult {
         id: request_id.0,
         model: body.model,
-        served_model: format!("{}/{served}", target.provider_key),
-        fallback_used: false,
+        served_model: format!("{provider}/{served}"),
+        fallback_used: answer.fallback_used,
+        was_cached: answer.cached,
         json,
         citations: response.citations,
         finish_reason: response.finish_reason.as_openai(),

@@ -9,6 +9,7 @@ pub mod health;
 pub mod inference;
 pub mod models;
 pub mod openapi;
+pub mod routing_rules;
 pub mod settings;
 
 use utoipa::OpenApi;
@@ -51,6 +52,15 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(models::list_providers))
         .routes(routes!(chat::chat_completions))
         .routes(routes!(inference::inference))
+        .routes(routes!(
+            routing_rules::list_routing_rules,
+            routing_rules::create_routing_rule
+        ))
+        .routes(routes!(
+            routing_rules::get_routing_rule,
+            routing_rules::update_routing_rule,
+            routing_rules::delete_routing_rule
+        ))
 }
 
 /// The OpenAPI document of every route, generated from the handlers' annotations.

@@ -27,6 +27,7 @@ use crate::error::{ErrorDetail, ErrorResponse};
         (name = "customers", description = "End customers"),
         (name = "models", description = "Model catalogue and providers"),
         (name = "chat", description = "OpenAI-compatible chat completions"),
+        (name = "routing", description = "Routing rules: aliases over model chains"),
         (name = "health", description = "Probes"),
     )
 )]

@@ -5,6 +5,7 @@ pub mod customers;
 pub mod environments;
 pub mod run_events;
 pub mod run_tags;
+pub mod routing_rules;
 pub mod runs;
 pub mod server_secrets;
 pub mod tenants;

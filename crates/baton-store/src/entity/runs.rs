@@ -37,6 +37,7 @@ pub struct Model {
     pub error_message: Option<String>,
     pub detail_dropped: bool,
     pub fallback_used: bool,
+    pub was_cached: bool,
     /// JSON array of attempts.
     pub attempts: String,
     pub is_debug: bool,

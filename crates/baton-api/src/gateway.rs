@@ -1,0 +1,254 @@
+//! What every model-calling endpoint does around the call itself: the tenant's rate limit, the
+//! model chain resolved (DESIGN.md "Model resolution", see `baton_providers::routing`), attempt
+//! time limits, and the response cache. The call goes through the shared router.
+
+use std::time::Instant;
+
+use baton_domain::TenantId;
+use baton_domain::chat::{InferenceRequest, InferenceResponse, Usage};
+use baton_domain::settings::{TenantSettings, validate_timeout_ms};
+use baton_providers::DeltaStream;
+use baton_providers::routing::{
+    AttemptTimeouts, Chain, ChainFailure, ChainModel, ModelSelection, StreamStart, resolve,
+};
+use baton_providers::structured::OutputSchema;
+use futures::StreamExt;
+use serde::Deserialize;
+use utoipa::ToSchema;
+
+use crate::cache::{CacheSlot, ResponseCache, replay};
+use crate::error::{ApiError, ApiResult};
+use crate::runlog::RunLog;
+use crate::state::AppState;
+
+/// A request's own per-attempt time limits, in milliseconds.
+#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RequestTimeouts {
+    /// Until a stream's response headers.
+    #[serde(default)]
+    pub connect_ms: Option<u64>,
+    /// Until a stream's first token.
+    #[serde(default)]
+    pub first_token_ms: Option<u64>,
+    /// The whole attempt.
+    #[serde(default)]
+    pub total_ms: Option<u64>,
+}
+
+impl RequestTimeouts {
+    pub fn validated(self, param: &str) -> ApiResult<RequestTimeouts> {
+        for (value, name) in [
+            (self.connect_ms, "connect_ms"),
+            (self.first_token_ms, "first_token_ms"),
+            (self.total_ms, "total_ms"),
+        ] {
+            if let Some(ms) = value {
+                validate_timeout_ms(ms, &format!("{param}.{name}"))?;
+            }
+        }
+        Ok(self)
+    }
+
+    /// The request's limits, else the tenant's.
+    fn resolve(self, settings: &TenantSettings) -> AttemptTimeouts {
+        let ms = std::time::Duration::from_millis;
+        AttemptTimeouts {
+            connect: self.connect_ms.or(settings.connect_timeout_ms).map(ms),
+            first_token: self
+                .first_token_ms
+                .or(settings.first_token_timeout_ms)
+                .map(ms),
+            total: self.total_ms.or(settings.attempt_timeout_ms).map(ms),
+        }
+    }
+}
+
+/// Everything decided before the first model is called.
+pub struct CallPlan {
+    pub chain: Chain,
+    pub timeouts: AttemptTimeouts,
+    /// The whole request's deadline: no attempt (or Retry-After wait) runs past it.
+    pub deadline: Instant,
+    /// Where the answer is cached, when the tenant's cache is on.
+    pub cache: Option<CacheSlot>,
+}
+
+/// Applies the tenant's rate limit and resolves the request's chain. Errors here happen before
+/// anything is logged or billed.
+pub async fn plan_call(
+    state: &AppState,
+    tenant: &TenantId,
+    settings: &TenantSettings,
+    selection: ModelSelection<'_>,
+    request: &InferenceRequest,
+    nonce: Option<&str>,
+    timeouts: RequestTimeouts,
+) -> ApiResult<CallPlan> {
+    state
+        .limiters
+        .check(tenant, settings.requests_per_minute)
+        .await?;
+    let rules = state.routing_rules(tenant).await?;
+    let selection = ModelSelection {
+        tenant_default: settings.default_model.as_deref(),
+        ..selection
+    };
+    let chain = resolve(&selection, &rules, state.providers.as_ref())?;
+    let cache = ResponseCache::slot(
+        tenant,
+        &chain.requested,
+        request,
+        nonce,
+        settings.response_cache_ttl_seconds,
+    );
+    Ok(CallPlan {
+        chain,
+        timeouts: timeouts.resolve(settings),
+        deadline: Instant::now() + state.config.request_timeout,
+        cache,
+    })
+}
+
+/// A model's answer, from the cache or from the chain.
+pub struct Answer<T> {
+    pub value: T,
+    pub model: ChainModel,
+    pub fallback_used: bool,
+    pub cached: bool,
+}
+
+/// A request that got no answer: what to report and what to bill.
+pub struct Failure {
+    pub error: ApiError,
+    pub model: Option<ChainModel>,
+    pub spent: Usage,
+}
+
+impl Failure {
+    /// Finishes the log as failed; returns the error for the client.
+    pub async fn log(self, log: RunLog) -> ApiError {
+        let model = self
+            .model
+            .as_ref()
+            .map(|m| (m.provider.as_str(), m.model.as_str()));
+        log.fail(model, &self.error, self.spent).await;
+        self.error
+    }
+}
+
+impl From<ChainFailure> for Failure {
+    fn from(failure: ChainFailure) -> Self {
+        Failure {
+            error: failure.error.into(),
+            model: failure.model,
+            spent: failure.spent,
+        }
+    }
+}
+
+/// A synchronous answer: the cached one, else the chain's (then cached).
+pub async fn answer(
+    state: &AppState,
+    tenant: &TenantId,
+    plan: &CallPlan,
+    request: &mut InferenceRequest,
+    schema: Option<&OutputSchema>,
+    log: &mut RunLog,
+) -> Result<Answer<InferenceResponse>, Failure> {
+    if let Some(slot) = &plan.cache
+        && let Some(hit) = state.responses.get(slot).await
+    {
+        log.mark_cached();
+        return Ok(Answer {
+            value: hit.response.clone(),
+            model: hit.model.clone(),
+            fallback_used: false,
+            cached: true,
+        });
+    }
+    match state
+        .router
+        .infer(
+            tenant.as_str(),
+            &plan.chain,
+            request,
+            schema,
+            plan.timeouts,
+            plan.deadline,
+        )
+        .await
+    {
+        Ok(served) => {
+            log.record_routing(served.attempts, served.fallback_used);
+            if let Some(slot) = &plan.cache {
+                state
+                    .responses
+                    .put(slot, served.model.clone(), served.value.clone())
+                    .await;
+            }
+            Ok(Answer {
+                value: served.value,
+                model: served.model,
+                fallback_used: served.fallback_used,
+                cached: false,
+            })
+        }
+        Err(mut failure) => {
+            log.record_routing(std::mem::take(&mut failure.attempts), false);
+            Err(failure.into())
+        }
+    }
+}
+
+/// A stream: the cached answer replayed, else the first model of the chain whose stream
+/// started. Nothing has reached the client yet, so failures here are ordinary error responses.
+pub async fn open_stream(
+    state: &AppState,
+    tenant: &TenantId,
+    plan: &CallPlan,
+    request: &mut InferenceRequest,
+    log: &mut RunLog,
+) -> Result<Answer<DeltaStream>, Failure> {
+    if let Some(slot) = &plan.cache
+        && let Some(hit) = state.responses.get(slot).await
+    {
+        log.mark_cached();
+        return Ok(Answer {
+            value: replay(&hit.response),
+            model: hit.model.clone(),
+            fallback_used: false,
+            cached: true,
+        });
+    }
+    match state
+        .router
+        .infer_stream(
+            tenant.as_str(),
+            &plan.chain,
+            request,
+            plan.timeouts,
+            plan.deadline,
+        )
+        .await
+    {
+        Ok(served) => {
+            log.record_routing(served.attempts, served.fallback_used);
+            let StreamStart { first, rest } = served.value;
+            let upstream: DeltaStream = match first {
+                Some(first) => Box::pin(futures::stream::once(async { Ok(first) }).chain(rest)),
+                None => rest,
+            };
+            Ok(Answer {
+                value: upstream,
+                model: served.model,
+                fallback_used: served.fallback_used,
+                cached: false,
+            })
+        }
+        Err(mut failure) => {
+            log.record_routing(std::mem::take(&mut failure.attempts), false);
+            Err(failure.into())
+        }
+    }
+}
