@@ -16,6 +16,7 @@ mod environments;
 mod health;
 mod openapi;
 mod python_sdk;
+mod routing;
 mod settings;
 mod validation;
 mod vendor_tools;

@@ -147,7 +147,13 @@ pub fn replay(response: &InferenceResponse) -> DeltaStream {
             fragment: call.arguments.clone(),
         });
     }
-    deltas.extend(response.citations.iter().cloned().map(StreamDelta::Citation));
+    deltas.extend(
+        response
+            .citations
+            .iter()
+            .cloned()
+            .map(StreamDelta::Citation),
+    );
     deltas.push(StreamDelta::Usage(response.usage));
     deltas.push(StreamDelta::Finish(response.finish_reason));
     Box::pin(futures::stream::iter(deltas.into_iter().map(Ok)))
@@ -169,8 +175,8 @@ mod tests {
 
     #[tokio::test]
     async fn keys_cover_tenant_model_request_and_nonce() {
-        let t1 = TenantId::new("t1".into());
-        let t2 = TenantId::new("t2".into());
+        let t1 = TenantId::new("t1");
+        let t2 = TenantId::new("t2");
         let slot = |tenant: &TenantId, model: &str, text: &str, nonce: Option<&str>| {
             ResponseCache::slot(tenant, model, &request(text), nonce, 60)
                 .unwrap()
@@ -188,7 +194,7 @@ mod tests {
     #[tokio::test]
     async fn entries_expire_after_their_ttl_and_replay_as_a_stream() {
         let cache = ResponseCache::new(1 << 20);
-        let tenant = TenantId::new("t".into());
+        let tenant = TenantId::new("t");
         let mut slot = ResponseCache::slot(&tenant, "m", &request("hi"), None, 60).unwrap();
         slot.ttl = Duration::from_millis(50);
         let response = InferenceResponse {
@@ -208,7 +214,7 @@ mod tests {
         let hit = cache.get(&slot).await.unwrap();
         assert_eq!(hit.response, response);
 
-        let mut accumulator = baton_domain::chat::ResponseAccumulator::new("m".into());
+        let mut accumulator = baton_domain::chat::ResponseAccumulator::new("m".to_string());
         let mut stream = replay(&hit.response);
         while let Some(delta) = stream.next().await {
             accumulator.push(&delta.unwrap());

@@ -55,9 +55,12 @@ impl TenantLimiters {
                 .insert(tenant.as_str().to_string(), entry.clone())
                 .await;
         }
-        entry.limiter.check().map_err(|not_until| ApiError::RateLimited {
-            retry_after: not_until.wait_time_from(DefaultClock::default().now()),
-        })
+        entry
+            .limiter
+            .check()
+            .map_err(|not_until| ApiError::RateLimited {
+                retry_after: not_until.wait_time_from(DefaultClock::default().now()),
+            })
     }
 }
 
@@ -75,12 +78,14 @@ mod tests {
     #[tokio::test]
     async fn each_tenant_has_its_own_budget_at_its_own_rate() {
         let limiters = TenantLimiters::new();
-        let (a, b) = (TenantId::new("a".into()), TenantId::new("b".into()));
+        let (a, b) = (TenantId::new("a"), TenantId::new("b"));
         for _ in 0..3 {
             limiters.check(&a, Some(3)).await.unwrap();
         }
         let err = limiters.check(&a, Some(3)).await.unwrap_err();
-        assert!(matches!(err, ApiError::RateLimited { retry_after } if retry_after > Duration::ZERO));
+        assert!(
+            matches!(err, ApiError::RateLimited { retry_after } if retry_after > Duration::ZERO)
+        );
         limiters.check(&b, Some(3)).await.unwrap();
         limiters.check(&a, None).await.unwrap();
         // A raised limit takes effect at once.

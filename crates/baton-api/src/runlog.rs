@@ -152,12 +152,7 @@ impl RunLog {
 
     /// A request that got no answer. `spent` is what failed attempts still cost (a structured
     /// answer that was invalid twice); it is priced and billed.
-    pub async fn fail(
-        mut self,
-        model: Option<(&str, &str)>,
-        error: &ApiError,
-        spent: Usage,
-    ) {
+    pub async fn fail(mut self, model: Option<(&str, &str)>, error: &ApiError, spent: Usage) {
         let duration_ms = self.elapsed_ms();
         let cost = model.map(|(provider, model)| self.pricing.cost(provider, model, model, &spent));
         if let Some(record) = self.record.as_mut() {

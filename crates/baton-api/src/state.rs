@@ -16,8 +16,8 @@ use secrecy::{ExposeSecret, SecretString};
 use crate::auth::login::{LoginLimiter, spawn_pruner};
 use crate::auth::{Authenticator, SessionKeys, SessionSettings};
 use crate::cache::ResponseCache;
-use crate::limits::TenantLimiters;
 use crate::error::ApiError;
+use crate::limits::TenantLimiters;
 
 /// What the HTTP layer needs from the operator's configuration.
 #[derive(Debug, Clone)]

@@ -218,7 +218,11 @@ impl RoutingRuleInput {
 mod tests {
     use super::*;
 
-    fn input(models: &[&str], strategy: Option<&str>, weights: Option<Vec<u32>>) -> RoutingRuleInput {
+    fn input(
+        models: &[&str],
+        strategy: Option<&str>,
+        weights: Option<Vec<u32>>,
+    ) -> RoutingRuleInput {
         RoutingRuleInput {
             alias: " fast ".into(),
             models: models.iter().map(|m| m.to_string()).collect(),
@@ -235,16 +239,24 @@ mod tests {
 
     #[test]
     fn valid_rules_are_normalised() {
-        let rule = input(&["openai/gpt-4o-mini", "anthropic"], Some("roundrobin"), None)
-            .validate()
-            .unwrap();
+        let rule = input(
+            &["openai/gpt-4o-mini", "anthropic"],
+            Some("roundrobin"),
+            None,
+        )
+        .validate()
+        .unwrap();
         assert_eq!(rule.alias, "fast");
         assert_eq!(rule.strategy, Strategy::RoundRobin);
         assert_eq!(rule.models[1].model, None);
         assert_eq!(rule.description, None);
-        let weighted = input(&["openai/a", "openai/b"], Some("WEIGHTED"), Some(vec![3, 1]))
-            .validate()
-            .unwrap();
+        let weighted = input(
+            &["openai/a", "openai/b"],
+            Some("WEIGHTED"),
+            Some(vec![3, 1]),
+        )
+        .validate()
+        .unwrap();
         assert_eq!(weighted.weights, Some(vec![3, 1]));
     }
 
@@ -256,8 +268,14 @@ mod tests {
             (input(&["openai/a", "openai/a"], None, None), "models[1]"),
             (input(&["openai/a"], Some("Fastest"), None), "strategy"),
             (input(&["openai/a"], Some("Weighted"), None), "weights"),
-            (input(&["openai/a"], Some("Weighted"), Some(vec![1, 2])), "weights"),
-            (input(&["openai/a"], Some("Weighted"), Some(vec![0])), "weights"),
+            (
+                input(&["openai/a"], Some("Weighted"), Some(vec![1, 2])),
+                "weights",
+            ),
+            (
+                input(&["openai/a"], Some("Weighted"), Some(vec![0])),
+                "weights",
+            ),
             (input(&["openai/a"], None, Some(vec![1])), "weights"),
             (
                 RoutingRuleInput {

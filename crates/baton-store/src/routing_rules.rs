@@ -10,9 +10,11 @@ use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreResult};
 
 fn to_rule(model: routing_rules::Model) -> StoreResult<RoutingRule> {
-    let corrupt = |what: &str, e: String| StoreError::Corrupt("routing rule", format!("{what}: {e}"));
+    let corrupt =
+        |what: &str, e: String| StoreError::Corrupt("routing rule", format!("{what}: {e}"));
     Ok(RoutingRule {
-        models: serde_json::from_str(&model.models).map_err(|e| corrupt("models", e.to_string()))?,
+        models: serde_json::from_str(&model.models)
+            .map_err(|e| corrupt("models", e.to_string()))?,
         strategy: Strategy::parse(&model.strategy, "strategy")
             .map_err(|e| corrupt("strategy", e.to_string()))?,
         weights: model

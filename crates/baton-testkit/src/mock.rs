@@ -140,6 +140,15 @@ impl Reply {
             retry_after: None,
         }
     }
+
+    /// A 429 with `Retry-After: secs`.
+    pub fn rate_limited(retry_after_secs: u64) -> Reply {
+        Reply::Status {
+            status: 429,
+            message: "rate limited by the mock".into(),
+            retry_after: Some(retry_after_secs),
+        }
+    }
 }
 
 /// A request the mock received.

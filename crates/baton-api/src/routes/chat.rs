@@ -177,13 +177,18 @@ pub async fn chat_completions(
     }
 
     // Errors before the first byte are ordinary error responses; later ones are error chunks.
-    let answer = match open_stream(&state, &principal.tenant, &plan, &mut inference, &mut log).await {
+    let answer = match open_stream(&state, &principal.tenant, &plan, &mut inference, &mut log).await
+    {
         Ok(answer) => answer,
         Err(failure) => {
             if event_options.is_none() {
                 finish_events(&mut events, &call, Err(&failure.error));
             } else {
-                emit_failure(&mut events, failure.error.code(), &failure.error.to_string());
+                emit_failure(
+                    &mut events,
+                    failure.error.code(),
+                    &failure.error.to_string(),
+                );
             }
             log.attach_events(events.take_stored());
             return Err(failure.log(log).await);
@@ -325,7 +330,12 @@ impl ChunkStream {
         let partial = self.partial();
         let credits = self
             .pricing
-            .cost(&self.call.provider_key, &self.call.model, &self.call.model, &partial.usage)
+            .cost(
+                &self.call.provider_key,
+                &self.call.model,
+                &self.call.model,
+                &partial.usage,
+            )
             .billed;
         let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
         match outcome {

@@ -84,7 +84,10 @@ mod tests {
         let mut breaker = Breaker::default();
         for _ in 0..2 {
             breaker.failure(t0, &config);
-            assert!(breaker.admit(t0, &config), "still closed below the threshold");
+            assert!(
+                breaker.admit(t0, &config),
+                "still closed below the threshold"
+            );
         }
         breaker.failure(t0, &config);
         assert!(!breaker.admit(t0 + Duration::from_secs(9), &config));
@@ -98,7 +101,10 @@ mod tests {
         assert!(breaker.admit(again, &config));
         breaker.success();
         assert!(breaker.admit(again, &config));
-        assert!(breaker.admit(again, &config), "closed after a successful probe");
+        assert!(
+            breaker.admit(again, &config),
+            "closed after a successful probe"
+        );
     }
 
     #[test]

@@ -84,7 +84,14 @@ impl Router {
         deadline: Instant,
     ) -> Result<Served<InferenceResponse>, ChainFailure> {
         let served = self
-            .run(scope, chain, request, Mode::Sync(schema), timeouts, deadline)
+            .run(
+                scope,
+                chain,
+                request,
+                Mode::Sync(schema),
+                timeouts,
+                deadline,
+            )
             .await?;
         match served.value {
             Answer::Response(response) => Ok(Served {
@@ -174,7 +181,17 @@ impl Router {
             tried_any = true;
             let is_last = position + 1 == plan.len();
             match self
-                .try_model(chain, index, &names[index], request, &mode, timeouts, deadline, is_last, &mut failure)
+                .try_model(
+                    chain,
+                    index,
+                    &names[index],
+                    request,
+                    &mode,
+                    timeouts,
+                    deadline,
+                    is_last,
+                    &mut failure,
+                )
                 .await
             {
                 Some((answer, provider)) => {
@@ -197,11 +214,19 @@ impl Router {
         }
         // Every model was in cooldown: rather than refuse, try the one that reopens first.
         if !tried_any
-            && let Some(&index) = skipped
-                .iter()
-                .min_by_key(|i| self.reopens_at(&names[**i]))
+            && let Some(&index) = skipped.iter().min_by_key(|i| self.reopens_at(&names[**i]))
             && let Some((answer, provider)) = self
-                .try_model(chain, index, &names[index], request, &mode, timeouts, deadline, true, &mut failure)
+                .try_model(
+                    chain,
+                    index,
+                    &names[index],
+                    request,
+                    &mode,
+                    timeouts,
+                    deadline,
+                    true,
+                    &mut failure,
+                )
                 .await
         {
             return Ok(Served {
@@ -331,12 +356,10 @@ async fn attempt(
                 let bound = attempt_deadline.map_or(deadline, |d| d.min(deadline));
                 limit(own, bound)
             };
-            let mut stream = tokio::time::timeout(
-                until(timeouts.connect),
-                provider.infer_stream(request),
-            )
-            .await
-            .map_err(|_| timeout("connect"))??;
+            let mut stream =
+                tokio::time::timeout(until(timeouts.connect), provider.infer_stream(request))
+                    .await
+                    .map_err(|_| timeout("connect"))??;
             let first = tokio::time::timeout(until(timeouts.first_token), stream.next())
                 .await
                 .map_err(|_| timeout("first token"))?

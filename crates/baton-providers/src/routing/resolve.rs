@@ -257,9 +257,17 @@ mod tests {
                 &["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"],
                 Strategy::RoundRobin,
             ),
-            rule("smart", &["anthropic/claude-sonnet-4-5"], Strategy::Sequential),
+            rule(
+                "smart",
+                &["anthropic/claude-sonnet-4-5"],
+                Strategy::Sequential,
+            ),
             // A rule may shadow a real model name: tenant rules win over template config.
-            rule("openai/gpt-4o", &["mistral/mistral-large-latest"], Strategy::Sequential),
+            rule(
+                "openai/gpt-4o",
+                &["mistral/mistral-large-latest"],
+                Strategy::Sequential,
+            ),
         ]);
         let fallbacks = vec!["smart".to_string(), "google/gemini-2.5-flash".to_string()];
         let no_fallbacks: Vec<String> = Vec::new();

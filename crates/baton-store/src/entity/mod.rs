@@ -3,9 +3,9 @@
 pub mod api_keys;
 pub mod customers;
 pub mod environments;
+pub mod routing_rules;
 pub mod run_events;
 pub mod run_tags;
-pub mod routing_rules;
 pub mod runs;
 pub mod server_secrets;
 pub mod tenants;
