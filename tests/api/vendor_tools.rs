@@ -1,9 +1,9 @@
 //! Vendor tools on OpenAI and Azure: requests with `web_search` / `code_interpreter` go to the
 //! Responses API, and the searches it reports are logged and billed.
 //!
-//! The compatible endpoint (`/chat/completions`) does not take vendor tools (its parser always
-//! leaves them empty), so the app-level cases use `/api/v1/inference`, which does; that route has
-//! no streaming, so the streamed cases drive the OpenAI provider itself against the mock.
+//! `/api/v1/inference` takes them as `vendor_tools`, `/chat/completions` as tools of their own
+//! type (`{"type": "web_search"}`); the provider-level stream cases drive the OpenAI provider
+//! itself against the mock at awkward byte boundaries.
 
 use std::time::Duration;
 
@@ -339,4 +339,77 @@ async fn web_search_streams_text_citations_calls_and_search_count() {
         "{failure:?}"
     );
     assert!(!failure.to_string().contains("sk-stream-canary"));
+}
+
+#[tokio::test]
+async fn the_compatible_endpoint_takes_vendor_tools_as_typed_tools() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    let body = json!({
+        "model": "openai/gpt-4o-mini",
+        "messages": [{"role": "user", "content": "When did Rust 1.0 ship?"}],
+        "tools": [{"type": "web_search"}],
+    });
+    let reply = || {
+        Reply::text("On 15 May 2015.").with_web_search(
+            1,
+            &[(
+                "https://blog.rust-lang.org/2015/05/15/Rust-1.0.html",
+                "Rust 1.0",
+            )],
+        )
+    };
+
+    mock.push(reply());
+    let response = app
+        .post("/api/v1/chat/completions", &key, body.clone())
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let completion = response.json();
+    let message = &completion["choices"][0]["message"];
+    assert_eq!(message["content"], "On 15 May 2015.");
+    assert_eq!(
+        message["annotations"][0]["url_citation"]["url"],
+        "https://blog.rust-lang.org/2015/05/15/Rust-1.0.html"
+    );
+    let sent = mock.received().pop().unwrap();
+    assert_eq!(sent.path, "/v1/responses");
+    assert!(has_tool(&sent.body, "web_search"), "{}", sent.body);
+    let run = wait_for_run(&app, completion["id"].as_str().unwrap()).await;
+    assert_eq!(run.usage.web_search_calls, 1);
+
+    mock.push(reply());
+    let mut streamed_body = body;
+    streamed_body["stream"] = json!(true);
+    let streamed = app
+        .post("/api/v1/chat/completions", &key, streamed_body)
+        .await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text);
+    let text: String = streamed
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(text, "On 15 May 2015.");
+    assert_eq!(mock.received().pop().unwrap().path, "/v1/responses");
+    let id = streamed.headers["x-request-id"].to_str().unwrap();
+    assert_eq!(wait_for_run(&app, id).await.usage.web_search_calls, 1);
+
+    // Anthropic's own search tool name is refused by OpenAI before any call.
+    let calls = mock.received().len();
+    app.post(
+        "/api/v1/chat/completions",
+        &key,
+        json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
+               "tools": [{"type": "web_search_20250305"}]}),
+    )
+    .await
+    .error(400, "UNSUPPORTED");
+    assert_eq!(mock.received().len(), calls);
 }

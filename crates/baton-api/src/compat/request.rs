@@ -1,6 +1,6 @@
 use baton_domain::chat::{
     ContentPart, ImageSource, InferenceRequest, Message, ResponseFormat, Role, ToolCall,
-    ToolChoice, ToolDefinition,
+    ToolChoice, ToolDefinition, VendorTool,
 };
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -99,7 +99,9 @@ pub struct WireFunctionCall {
 pub struct WireTool {
     #[serde(rename = "type", default)]
     pub kind: Option<String>,
-    pub function: WireFunction,
+    /// Absent on provider-native tools (`{"type": "web_search"}`).
+    #[serde(default)]
+    pub function: Option<WireFunction>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -177,11 +179,16 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
             format!("at most {MAX_TOOLS} tools per request"),
         ));
     }
-    let tools = tools
-        .into_iter()
-        .enumerate()
-        .map(|(i, t)| tool(t, i))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut vendor_tools = Vec::new();
+    let mut function_tools = Vec::with_capacity(tools.len());
+    for (i, wire) in tools.into_iter().enumerate() {
+        match tool(wire, i)? {
+            AnyTool::Function(definition) => function_tools.push(definition),
+            AnyTool::Vendor(vendor) if !vendor_tools.contains(&vendor) => vendor_tools.push(vendor),
+            AnyTool::Vendor(_) => {}
+        }
+    }
+    let tools = function_tools;
     let tool_choice = request.tool_choice.map(|v| tool_choice(&v)).transpose()?;
     if let Some(ToolChoice::Tool(name)) = &tool_choice
         && !tools.iter().any(|t| &t.name == name)
@@ -232,7 +239,7 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
             tool_choice,
             response_format,
             thinking_budget: None,
-            vendor_tools: Vec::new(),
+            vendor_tools,
             stream_usage: include_usage,
         },
         stream: request.stream.unwrap_or(false),
@@ -364,22 +371,44 @@ fn valid_tool_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
 
-fn tool(wire: WireTool, index: usize) -> Result<ToolDefinition, ApiError> {
+enum AnyTool {
+    Function(ToolDefinition),
+    /// A provider-run tool (DESIGN.md "Virtual tools"), given as `{"type": "web_search"}`.
+    Vendor(VendorTool),
+}
+
+fn tool(wire: WireTool, index: usize) -> Result<AnyTool, ApiError> {
     let param = format!("tools[{index}]");
-    if wire.kind.as_deref().is_some_and(|k| k != "function") {
-        return Err(invalid(
-            format!("{param}.type"),
-            "only tools of type 'function' are supported",
-        ));
-    }
-    if !valid_tool_name(&wire.function.name) {
+    let function = match (wire.kind.as_deref(), wire.function) {
+        (None | Some("function"), Some(function)) => function,
+        (None | Some("function"), None) => {
+            return Err(invalid(
+                format!("{param}.function"),
+                "a function tool needs a function object",
+            ));
+        }
+        // OpenAI's Responses API names its search tool `web_search_preview` too.
+        (Some("web_search_preview"), _) => return Ok(AnyTool::Vendor(VendorTool::WebSearch)),
+        (Some(kind), _) => {
+            return VendorTool::parse(kind, &format!("{param}.type"))
+                .map(AnyTool::Vendor)
+                .map_err(|_| {
+                    invalid(
+                        format!("{param}.type"),
+                        format!(
+                            "unknown tool type '{kind}': use function, web_search, code_interpreter or web_search_20250305"
+                        ),
+                    )
+                });
+        }
+    };
+    if !valid_tool_name(&function.name) {
         return Err(invalid(
             format!("{param}.function.name"),
             "a tool name is 1 to 64 letters, digits, '_' or '-'",
         ));
     }
-    let parameters = wire
-        .function
+    let parameters = function
         .parameters
         .unwrap_or_else(|| serde_json::json!({"type": "object", "properties": {}}));
     if !parameters.is_object() {
@@ -388,12 +417,12 @@ fn tool(wire: WireTool, index: usize) -> Result<ToolDefinition, ApiError> {
             "parameters must be a JSON Schema object",
         ));
     }
-    Ok(ToolDefinition {
-        name: wire.function.name,
-        description: wire.function.description,
+    Ok(AnyTool::Function(ToolDefinition {
+        name: function.name,
+        description: function.description,
         parameters,
-        strict: wire.function.strict,
-    })
+        strict: function.strict,
+    }))
 }
 
 fn tool_choice(value: &Value) -> Result<ToolChoice, ApiError> {
@@ -484,7 +513,8 @@ mod tests {
                 {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
                 {"role": "tool", "tool_call_id": "c", "content": "ok"}
             ],
-            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
+                      {"type": "web_search"}, {"type": "web_search_preview"}, {"type": "code_interpreter"}],
             "tool_choice": {"type": "function", "function": {"name": "f"}},
             "response_format": {"type": "json_schema", "json_schema": {"name": "r", "schema": {"type": "object"}}},
             "stop": "END", "frequency_penalty": 0.5, "x_nonce": "n1", "user": "u-1"
@@ -504,6 +534,11 @@ mod tests {
             Some(ToolChoice::Tool("f".into()))
         );
         assert_eq!(parsed.inference.stop, ["END"]);
+        assert_eq!(parsed.inference.tools.len(), 1);
+        assert_eq!(
+            parsed.inference.vendor_tools,
+            [VendorTool::WebSearch, VendorTool::CodeInterpreter]
+        );
         assert_eq!(parsed.customer.as_deref(), Some("u-1"));
         assert_eq!(parsed.nonce.as_deref(), Some("n1"));
         assert!(parsed.inference.stream_usage);
@@ -548,6 +583,14 @@ mod tests {
                 json!({"tools": [{"type": "function", "function": {"name": "bad name"}}]})
             )),
             "tools[0].function.name"
+        );
+        assert_eq!(
+            param(base(json!({"tools": [{"type": "browser"}]}))),
+            "tools[0].type"
+        );
+        assert_eq!(
+            param(base(json!({"tools": [{"type": "function"}]}))),
+            "tools[0].function"
         );
         assert_eq!(
             param(base(
