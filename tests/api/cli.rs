@@ -209,3 +209,116 @@ fn migrate_and_bad_config_exit_cleanly() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("unsupported database URL"));
 }
+
+/// Provider keys and the tenant's own key never reach the log, even at debug level, through
+/// successes, provider errors, broken streams and routing fallbacks.
+#[tokio::test]
+async fn no_secret_reaches_the_log_output() {
+    const OPENAI_CANARY: &str = "sk-log-canary-openai-8c1d";
+    const ANTHROPIC_CANARY: &str = "sk-ant-log-canary-2f9e";
+    let mock = baton_testkit::MockProvider::start().await.unwrap();
+    let db = TestDatabase::new().await;
+    let port = free_port();
+    let tenant_key = format!("baton_logcanary{}", uuid::Uuid::now_v7().simple());
+    let mut server = baton(&db)
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .env("BATON_LOG", "debug")
+        .env("BATON_LOG_FORMAT", "json")
+        .env("BATON_BOOTSTRAP_API_KEY", &tenant_key)
+        .env("BATON_PROVIDERS__OPENAI__BASE_URL", mock.openai_base())
+        .env("BATON_PROVIDERS__OPENAI__API_KEY", OPENAI_CANARY)
+        .env("BATON_PROVIDERS__ANTHROPIC__BASE_URL", mock.root())
+        .env("BATON_PROVIDERS__ANTHROPIC__API_KEY", ANTHROPIC_CANARY)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start baton serve");
+    let stderr = server.stderr.take().unwrap();
+    let log = std::thread::spawn(move || {
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut BufReader::new(stderr), &mut out).unwrap();
+        out
+    });
+
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..100 {
+        if client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let chat = |body: serde_json::Value| {
+        send(
+            client
+                .post(format!("{base}/api/v1/chat/completions"))
+                .bearer_auth(&tenant_key)
+                .json(&body),
+        )
+    };
+    let rule = send(
+        client
+            .post(format!("{base}/api/v1/routing-rules"))
+            .bearer_auth(&tenant_key)
+            .json(&json!({"alias": "chain", "models": ["openai/gpt-4o-mini", "anthropic/claude-haiku-4-5"]})),
+    )
+    .await;
+    assert_eq!(rule.status, 201, "{}", rule.text);
+    let messages = json!([{"role": "user", "content": "hi"}]);
+    use baton_testkit::Reply;
+    mock.push(Reply::text("fine"));
+    assert_eq!(
+        chat(json!({"model": "openai/gpt-4o-mini", "messages": messages}))
+            .await
+            .status,
+        200
+    );
+    mock.push(Reply::status(401, "invalid api key"));
+    chat(json!({"model": "anthropic/claude-haiku-4-5", "messages": messages})).await;
+    mock.push(Reply::status(500, "boom"));
+    mock.push(Reply::text("fallback"));
+    assert_eq!(
+        chat(json!({"model": "chain", "messages": messages}))
+            .await
+            .status,
+        200
+    );
+    mock.push(Reply::BreakAfterFirstChunk(Box::new(Reply::text(
+        "a stream that breaks",
+    ))));
+    chat(json!({"model": "openai/gpt-4o-mini", "messages": messages, "stream": true})).await;
+    chat(json!({"model": "nope/x", "messages": messages})).await;
+    // A wrong key is logged as a failure without the key.
+    send(
+        client
+            .get(format!("{base}/api/v1/environments"))
+            .bearer_auth(format!("{tenant_key}x")),
+    )
+    .await;
+
+    Command::new("kill")
+        .args(["-TERM", &server.id().to_string()])
+        .status()
+        .unwrap();
+    tokio::task::spawn_blocking(move || server.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    let output = log.join().unwrap();
+    assert!(
+        output.lines().count() > 10,
+        "expected debug logs, got: {output}"
+    );
+    assert!(output.contains("chat/completions"), "requests are logged");
+    for secret in [OPENAI_CANARY, ANTHROPIC_CANARY, tenant_key.as_str()] {
+        assert!(
+            !output.contains(secret),
+            "{secret} appears in the log output"
+        );
+    }
+}

@@ -32,6 +32,8 @@ const KNOWN_KEYS: &[&str] = &[
     "auth",
     "routing",
     "cache",
+    "catalogue_path",
+    "providers",
 ];
 /// `BATON_*` variables read elsewhere (tests, the outbound guard), not configuration keys.
 const NON_CONFIG_VARS: &[&str] = &["test_database_url", "dev_allow_private_network", "log"];
@@ -279,7 +281,18 @@ mod tests {
             jail.set_env("BATON_AUTH__LOGIN_ATTEMPTS_PER_MINUTE", "3");
             jail.set_env("BATON_LOG_FORMAT", "json");
             jail.set_env("BATON_TEST_DATABASE_URL", "ignored");
+            // DESIGN.md's operator contract names these two.
+            jail.set_env(
+                "BATON_PROVIDERS__OPENAI__BASE_URL",
+                "http://localhost:9000/v1",
+            );
+            jail.set_env("BATON_PROVIDERS__OPENAI__API_KEY", "sk-env");
+            jail.set_env("BATON_ROUTING__BREAKER_COOLDOWN_MS", "1500");
             let config = Config::load(None).map_err(|e| e.to_string())?;
+            let openai = &config.providers["openai"];
+            assert_eq!(openai.base_url.as_deref(), Some("http://localhost:9000/v1"));
+            assert!(openai.api_key.is_some());
+            assert_eq!(config.routing.breaker_cooldown_ms, 1500);
             assert_eq!(config.database_url, "sqlite://x.db");
             assert_eq!(config.server.max_body_bytes, 2048);
             assert_eq!(config.auth.login_attempts_per_minute, 3);
