@@ -816,6 +816,11 @@ async fn structured_output_is_validated_retried_once_then_refused() {
             error["message"].as_str().unwrap().contains("age"),
             "{error}"
         );
+        // The two refused answers still cost tokens: the failed run carries and bills them.
+        let run = wait_for_run(&app, error["requestId"].as_str().unwrap()).await;
+        assert_eq!(run.usage.tokens_in, 20, "{model}");
+        assert_eq!(run.usage.tokens_out, 10, "{model}");
+        assert!(run.cost_credits > 0 || run.pricing_uncertain, "{model}");
     }
     let before = mock.received().len();
     let bad_schema = json!({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": 7}}}});
@@ -1019,4 +1024,96 @@ async fn no_secret_is_stored_in_clear() {
             "a secret is stored in clear: {secret}"
         );
     }
+}
+
+/// Images reach every wire format in its own shape: data URLs as base64 with their media type,
+/// https URLs by reference where the format has one.
+#[tokio::test]
+async fn images_reach_each_wire_format_in_its_own_shape() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let data_url = format!("data:image/png;base64,{PNG}");
+    let https_url = "https://img.example.com/cat.jpg";
+    let body = |model: &str, url: &str| {
+        json!({"model": model, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": url}}
+        ]}]})
+    };
+    let ask = |model: &'static str, url: String| {
+        let (app, key, mock) = (&app, key.clone(), &mock);
+        async move {
+            mock.push(Reply::text("a cat"));
+            let response = app
+                .post("/api/v1/chat/completions", &key, body(model, &url))
+                .await;
+            assert_eq!(response.status, 200, "{model}: {}", response.text);
+            assert_eq!(
+                response.json()["choices"][0]["message"]["content"],
+                "a cat"
+            );
+            mock.received().pop().unwrap().body
+        }
+    };
+
+    let sent = ask("openai/gpt-4o-mini", data_url.clone()).await;
+    assert_eq!(
+        sent["messages"][0]["content"][1],
+        json!({"type": "image_url", "image_url": {"url": data_url}})
+    );
+    let sent = ask("openai/gpt-4o-mini", https_url.into()).await;
+    assert_eq!(
+        sent["messages"][0]["content"][1]["image_url"]["url"],
+        https_url
+    );
+
+    let sent = ask("anthropic/claude-haiku-4-5", data_url.clone()).await;
+    assert_eq!(
+        sent["messages"][0]["content"][1],
+        json!({"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}})
+    );
+    let sent = ask("anthropic/claude-haiku-4-5", https_url.into()).await;
+    assert_eq!(
+        sent["messages"][0]["content"][1]["source"],
+        json!({"type": "url", "url": https_url})
+    );
+
+    let sent = ask("google/gemini-2.5-flash", data_url.clone()).await;
+    assert_eq!(
+        sent["contents"][0]["parts"][1],
+        json!({"inlineData": {"mimeType": "image/png", "data": PNG}})
+    );
+    let sent = ask("google/gemini-2.5-flash", https_url.into()).await;
+    assert_eq!(
+        sent["contents"][0]["parts"][1]["fileData"],
+        json!({"mimeType": "image/jpeg", "fileUri": https_url})
+    );
+
+    let sent = ask("bedrock/amazon.nova-lite-v1:0", data_url.clone()).await;
+    assert_eq!(
+        sent["messages"][0]["content"][1],
+        json!({"image": {"format": "png", "source": {"bytes": PNG}}})
+    );
+    // Converse takes inline images only: a URL is refused before any call.
+    let calls = mock.received().len();
+    app.post(
+        "/api/v1/chat/completions",
+        &key,
+        body("bedrock/amazon.nova-lite-v1:0", https_url),
+    )
+    .await
+    .error(400, "UNSUPPORTED");
+    assert_eq!(mock.received().len(), calls);
+
+    // Something that is neither: refused, naming the field.
+    let error = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            body("openai/gpt-4o-mini", "ftp://img.example.com/cat.jpg"),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(error["param"], "messages[0].content[1].image_url.url");
 }
