@@ -822,6 +822,29 @@ async fn structured_output_is_validated_retried_once_then_refused() {
         assert_eq!(run.usage.tokens_out, 10, "{model}");
         assert!(run.cost_credits > 0 || run.pricing_uncertain, "{model}");
     }
+    // Streams are checked once complete: no retry (the text is with the client), an error chunk.
+    let mut streamed = chat("openai/gpt-4o-mini", format.clone());
+    streamed["stream"] = json!(true);
+    mock.push(Reply::text(r#"{"age": "unknown"}"#));
+    let response = app
+        .post("/api/v1/chat/completions", &key, streamed.clone())
+        .await;
+    assert_eq!(response.status, 200);
+    let data = sse_data(&response.text);
+    let error = data
+        .iter()
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|c| c.get("error").is_some())
+        .expect("an error chunk");
+    assert_eq!(error["error"]["code"], "STRUCTURED_OUTPUT_INVALID");
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    let id = response.headers["x-request-id"].to_str().unwrap();
+    let run = wait_for_run(&app, id).await;
+    assert_eq!(run.error_code.as_deref(), Some("STRUCTURED_OUTPUT_INVALID"));
+    mock.push(Reply::text(r#"{"age": 7}"#));
+    let fine = app.post("/api/v1/chat/completions", &key, streamed).await;
+    assert!(!fine.text.contains("\"error\""), "{}", fine.text);
+
     let before = mock.received().len();
     let bad_schema = json!({"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": 7}}}});
     let err = app
@@ -1049,10 +1072,7 @@ async fn images_reach_each_wire_format_in_its_own_shape() {
                 .post("/api/v1/chat/completions", &key, body(model, &url))
                 .await;
             assert_eq!(response.status, 200, "{model}: {}", response.text);
-            assert_eq!(
-                response.json()["choices"][0]["message"]["content"],
-                "a cat"
-            );
+            assert_eq!(response.json()["choices"][0]["message"]["content"], "a cat");
             mock.received().pop().unwrap().body
         }
     };

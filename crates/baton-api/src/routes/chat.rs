@@ -27,7 +27,7 @@ use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::events::{CallInfo, EventLog, emit_failure, request_completed};
 use crate::extract::Json;
 use crate::gateway::{answer, open_stream, plan_call};
-use crate::routes::chat_events::{self, EventOptions, EventStream, event_stream};
+use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, event_stream};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 
@@ -211,7 +211,8 @@ pub async fn chat_completions(
         });
     let upstream = answer.value;
     let mut reply = if let Some(options) = event_options {
-        let stream = EventStream::new(upstream, events, options, log, pricing, call, fill);
+        let end = StreamEnd { fill, schema };
+        let stream = EventStream::new(upstream, events, options, log, pricing, call, end);
         Sse::new(event_stream(stream)).into_response()
     } else {
         let writer = ChunkWriter::new(
@@ -231,6 +232,7 @@ pub async fn chat_completions(
             phase: Phase::Start,
             log: Some(log),
             fill,
+            schema,
             call,
         };
         Sse::new(chunk_events(state)).into_response()
@@ -306,6 +308,8 @@ struct ChunkStream {
     log: Option<RunLog>,
     /// Where a complete answer is cached.
     fill: Option<CacheFill>,
+    /// The requested response schema, checked when the stream ends.
+    schema: Option<OutputSchema>,
 }
 
 impl ChunkStream {
@@ -387,10 +391,7 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                 }
                 Some(Err(err)) => {
                     let error = ApiError::from(err);
-                    let body = serde_json::json!({"error": {
-                        "code": error.code(), "message": error.to_string(), "type": "api_error",
-                        "param": Value::Null, "requestId": state.request_id,
-                    }});
+                    let body = error_chunk(&error, &state.request_id);
                     batch.push(state.event(&body));
                     batch.push(state.done());
                     state.phase = Phase::Done;
@@ -408,6 +409,12 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                     }
                 }
                 None => {
+                    let response = state.partial();
+                    let invalid = structured_output_problem(state.schema.as_ref(), &response);
+                    if let Some(error) = &invalid {
+                        let body = error_chunk(error, &state.request_id);
+                        batch.push(state.event(&body));
+                    }
                     if state.include_usage {
                         let usage = state.writer.usage(&state.accumulator.usage());
                         batch.push(state.event(&usage));
@@ -415,12 +422,26 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                     batch.push(state.done());
                     state.phase = Phase::Done;
                     if let Some(mut log) = state.log.take() {
-                        let response = state.partial();
-                        state.close_events(&mut log, Ok(()));
-                        log.succeed(&state.call.provider_key, &state.call.model, &response)
-                            .await;
-                        if let Some(fill) = state.fill.take() {
-                            fill.fill(response).await;
+                        match invalid {
+                            None => {
+                                state.close_events(&mut log, Ok(()));
+                                log.succeed(&state.call.provider_key, &state.call.model, &response)
+                                    .await;
+                                if let Some(fill) = state.fill.take() {
+                                    fill.fill(response).await;
+                                }
+                            }
+                            Some(error) => {
+                                state.close_events(&mut log, Err(&error));
+                                log.finish_partial(
+                                    &state.call.provider_key,
+                                    &state.call.model,
+                                    &response,
+                                    error.code(),
+                                    &error.to_string(),
+                                );
+                                log.flush().await;
+                            }
                         }
                     }
                 }
@@ -430,6 +451,31 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
         Some((futures::stream::iter(batch.into_iter().map(Ok)), state))
     })
     .flatten()
+}
+
+/// The DESIGN.md error body, sent as the last chunk of a stream that failed after its first byte.
+fn error_chunk(error: &ApiError, request_id: &str) -> Value {
+    serde_json::json!({"error": {
+        "code": error.code(), "message": error.to_string(), "type": "api_error",
+        "param": Value::Null, "requestId": request_id,
+    }})
+}
+
+/// A streamed answer is checked against the requested schema once complete. The text is already
+/// with the client, so there is no retry: the client is told, and the run records it.
+pub(crate) fn structured_output_problem(
+    schema: Option<&OutputSchema>,
+    response: &InferenceResponse,
+) -> Option<ApiError> {
+    let schema = schema.filter(|_| response.tool_calls.is_empty())?;
+    schema
+        .check(&response.text)
+        .err()
+        .map(|problem| ApiError::Status {
+            status: axum::http::StatusCode::BAD_GATEWAY,
+            code: "STRUCTURED_OUTPUT_INVALID",
+            message: format!("the streamed answer does not follow the response schema: {problem}"),
+        })
 }
 
 /// The end of a stored lifecycle: completion events, or `error` + `requestFailed`.

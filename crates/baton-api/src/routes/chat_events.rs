@@ -9,6 +9,7 @@ use axum::response::sse::Event;
 use baton_domain::chat::{ResponseAccumulator, StreamDelta, Usage};
 use baton_domain::credits::Credits;
 use baton_providers::DeltaStream;
+use baton_providers::structured::OutputSchema;
 use futures::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 use tokio::time::{Interval, interval_at};
@@ -16,6 +17,7 @@ use tokio::time::{Interval, interval_at};
 use crate::cache::CacheFill;
 use crate::error::ApiError;
 use crate::events::{CallInfo, EventFilter, EventLog, request_completed};
+use crate::routes::chat::structured_output_problem;
 
 use crate::runlog::{Pricing, RunLog};
 
@@ -92,6 +94,12 @@ enum Phase {
     Done,
 }
 
+/// What a stream does when it ends well: check the schema, fill the cache.
+pub struct StreamEnd {
+    pub fill: Option<CacheFill>,
+    pub schema: Option<OutputSchema>,
+}
+
 pub struct EventStream {
     upstream: DeltaStream,
     events: EventLog,
@@ -106,6 +114,8 @@ pub struct EventStream {
     phase: Phase,
     /// Where a complete answer is cached.
     fill: Option<CacheFill>,
+    /// The requested response schema, checked when the stream ends.
+    schema: Option<OutputSchema>,
 }
 
 impl EventStream {
@@ -116,7 +126,7 @@ impl EventStream {
         log: RunLog,
         pricing: Pricing,
         call: CallInfo,
-        fill: Option<CacheFill>,
+        end: StreamEnd,
     ) -> Self {
         let now = tokio::time::Instant::now();
         Self {
@@ -134,7 +144,8 @@ impl EventStream {
             inference_started: Instant::now(),
             call,
             phase: Phase::Start,
-            fill,
+            fill: end.fill,
+            schema: end.schema,
         }
     }
 
@@ -256,6 +267,12 @@ pub fn event_stream(state: EventStream) -> impl Stream<Item = Result<Event, Infa
                             batch.push(Some(done_event()));
                         }
                         None => {
+                            let response = s.accumulator.snapshot();
+                            let invalid = structured_output_problem(s.schema.as_ref(), &response);
+                            if let Some(error) = &invalid {
+                                batch.push(s.emit("error", json!({"code": error.code(), "message": error.to_string(),
+                                                                  "agentRole": Value::Null, "recoverable": false})));
+                            }
                             batch.push(s.inference_completed());
                             s.phase = Phase::Done;
                             if s.options.include_usage {
@@ -263,11 +280,18 @@ pub fn event_stream(state: EventStream) -> impl Stream<Item = Result<Event, Infa
                             }
                             batch.push(s.request_completed());
                             if let Some(mut log) = s.log.take() {
-                                let response = s.accumulator.snapshot();
                                 log.attach_events(s.events.take_stored());
-                                log.succeed(&s.call.provider_key, &s.call.model, &response).await;
-                                if let Some(fill) = s.fill.take() {
-                                    fill.fill(response).await;
+                                match invalid {
+                                    None => {
+                                        log.succeed(&s.call.provider_key, &s.call.model, &response).await;
+                                        if let Some(fill) = s.fill.take() {
+                                            fill.fill(response).await;
+                                        }
+                                    }
+                                    Some(error) => {
+                                        log.finish_partial(&s.call.provider_key, &s.call.model, &response, error.code(), &error.to_string());
+                                        log.flush().await;
+                                    }
                                 }
                             }
                             batch.push(Some(done_event()));
