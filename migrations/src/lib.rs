@@ -10,6 +10,7 @@ pub use sea_orm_migration::prelude::*;
 mod m20261122_000001_foundation;
 mod m20261122_000002_runs;
 mod m20261122_000003_routing;
+mod m20261122_000004_flows;
 
 pub struct Migrator;
 
@@ -20,6 +21,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000001_foundation::Migration),
             Box::new(m20261122_000002_runs::Migration),
             Box::new(m20261122_000003_routing::Migration),
+            Box::new(m20261122_000004_flows::Migration),
         ]
     }
 }

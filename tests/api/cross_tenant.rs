@@ -58,6 +58,38 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
     assert_eq!(rule.status, 201, "{}", rule.text);
     let rule_id = rule.json()["id"].as_str().unwrap().to_string();
 
+    let flow = app
+        .post(
+            "/api/v1/flows",
+            &a.api_key,
+            json!({"title": format!("{marker} flow")}),
+        )
+        .await;
+    assert_eq!(flow.status, 201, "{}", flow.text);
+    let flow_id = flow.json()["id"].as_str().unwrap().to_string();
+    let versions = app
+        .get(&format!("/api/v1/flows/{flow_id}/versions"), &a.api_key)
+        .await
+        .json();
+    let version_id = versions[0]["id"].as_str().unwrap().to_string();
+    let template = app
+        .put(
+            &format!("/api/v1/flows/{flow_id}/versions/{version_id}/templates/main"),
+            &a.api_key,
+            json!({"template": format!("{marker} prompt")}),
+        )
+        .await;
+    assert_eq!(template.status, 200, "{}", template.text);
+    let run_id = uuid::Uuid::now_v7().to_string();
+    let mut run = baton_store::runs::new_record(
+        run_id.clone(),
+        baton_store::TenantId::new(a.id.clone()),
+        baton_domain::run::RunKind::Chat,
+        format!("openai/{marker}-run"),
+    );
+    run.tags = vec![format!("Marker:{marker}-tag")];
+    app.store.write_runs(&[run], &[]).await.unwrap();
+
     let before = snapshot(&app, &a.api_key, &a_session, &a_key_id, marker).await;
 
     // Every templated path, filled with A's ids.
@@ -78,12 +110,56 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             "/api/v1/routing-rules/{id}",
             format!("/api/v1/routing-rules/{rule_id}"),
         ),
+        ("/api/v1/flows/{flowId}", format!("/api/v1/flows/{flow_id}")),
+        (
+            "/api/v1/flows/{flowId}/versions",
+            format!("/api/v1/flows/{flow_id}/versions"),
+        ),
+        (
+            "/api/v1/flows/{flowId}/versions/{versionId}",
+            format!("/api/v1/flows/{flow_id}/versions/{version_id}"),
+        ),
+        (
+            "/api/v1/flows/{flowId}/versions/{versionId}/fork",
+            format!("/api/v1/flows/{flow_id}/versions/{version_id}/fork"),
+        ),
+        (
+            "/api/v1/flows/{flowId}/versions/{versionId}/environments",
+            format!("/api/v1/flows/{flow_id}/versions/{version_id}/environments"),
+        ),
+        (
+            "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}",
+            format!("/api/v1/flows/{flow_id}/versions/{version_id}/templates/main"),
+        ),
+        (
+            "/api/v1/flows/{flowId}/parameters",
+            format!("/api/v1/flows/{flow_id}/parameters"),
+        ),
+        (
+            "/api/v1/flows/{flowId}/runs",
+            format!("/api/v1/flows/{flow_id}/runs"),
+        ),
+        ("/api/v1/runs/{runId}", format!("/api/v1/runs/{run_id}")),
     ]);
     // Bodies that pass validation, so that the tenant check is what answers.
-    let valid_bodies: HashMap<&str, Value> = HashMap::from([(
-        "/api/v1/routing-rules/{id}",
-        json!({"alias": "b-alias", "models": ["openai/gpt-4o-mini"]}),
-    )]);
+    let valid_bodies: HashMap<&str, Value> = HashMap::from([
+        (
+            "/api/v1/routing-rules/{id}",
+            json!({"alias": "b-alias", "models": ["openai/gpt-4o-mini"]}),
+        ),
+        (
+            "/api/v1/flows/{flowId}/versions/{versionId}/environments",
+            json!({"environment": "b-env"}),
+        ),
+        (
+            "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}",
+            json!({"template": "b prompt"}),
+        ),
+    ]);
+    let b_env = app
+        .post("/api/v1/environments", &b.api_key, json!({"name": "b-env"}))
+        .await;
+    assert_eq!(b_env.status, 201);
     let doc = openapi_doc(&app).await;
     // Ids B sent in the URL may be echoed in B's own 404; everything else of A's must not appear.
     let secrets = [
@@ -95,6 +171,12 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         "openai/a-private-marker",
         "a-private-marker-alias",
         "a-private-marker rule",
+        "a-private-marker flow",
+        "a-private-marker prompt",
+        "a-private-marker-run",
+        "a-private-marker-tag",
+        flow_id.as_str(),
+        version_id.as_str(),
         a.id.as_str(),
         a_key_id.as_str(),
     ];
@@ -111,7 +193,13 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
                 })
                 .clone()
         } else if method == Method::GET {
-            path.clone()
+            match path.as_str() {
+                // Required query parameters, naming B's own environment.
+                "/api/v1/environments/diff" => {
+                    format!("{path}?sourceEnvironment=b-env&targetEnvironment=b-env")
+                }
+                _ => path.clone(),
+            }
         } else {
             // Creating under B's own tenant cannot touch A; the GET of each list checks leaks.
             continue;
@@ -187,5 +275,6 @@ async fn snapshot(
             .text,
         app.get("/api/v1/settings", key).await.text,
         app.get("/api/v1/routing-rules", key).await.text,
+        app.get("/api/v1/flows", key).await.text,
     ]
 }

@@ -13,6 +13,7 @@ mod cli;
 mod cross_tenant;
 mod customers;
 mod environments;
+mod flows;
 mod health;
 mod openapi;
 mod python_sdk;

@@ -31,6 +31,36 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET", "/api/v1/routing-rules/{id}"),
     ("PUT", "/api/v1/routing-rules/{id}"),
     ("DELETE", "/api/v1/routing-rules/{id}"),
+    ("GET", "/api/v1/environments/diff"),
+    ("POST", "/api/v1/environments/promote"),
+    ("GET", "/api/v1/flows"),
+    ("POST", "/api/v1/flows"),
+    ("GET", "/api/v1/flows/{flowId}"),
+    ("PUT", "/api/v1/flows/{flowId}"),
+    ("DELETE", "/api/v1/flows/{flowId}"),
+    ("GET", "/api/v1/flows/{flowId}/versions"),
+    ("POST", "/api/v1/flows/{flowId}/versions"),
+    ("GET", "/api/v1/flows/{flowId}/versions/{versionId}"),
+    ("POST", "/api/v1/flows/{flowId}/versions/{versionId}/fork"),
+    (
+        "POST",
+        "/api/v1/flows/{flowId}/versions/{versionId}/environments",
+    ),
+    (
+        "GET",
+        "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}",
+    ),
+    (
+        "PUT",
+        "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}",
+    ),
+    (
+        "DELETE",
+        "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}",
+    ),
+    ("GET", "/api/v1/flows/{flowId}/parameters"),
+    ("POST", "/api/v1/flows/{flowId}/runs"),
+    ("GET", "/api/v1/runs/{runId}"),
 ];
 
 #[tokio::test]

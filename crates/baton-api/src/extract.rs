@@ -139,6 +139,24 @@ where
 /// One path parameter; axum already percent-decodes it.
 pub struct PathParam(pub String);
 
+/// Several path segments (`(flowId, versionId)`), rejected in the error shape.
+pub struct PathParams<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Send> FromRequestParts<S> for PathParams<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        axum::extract::Path::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Path(value)| PathParams(value))
+            .map_err(|rejection| ApiError::Invalid {
+                code: "VALIDATION_ERROR",
+                message: rejection.body_text(),
+                param: None,
+            })
+    }
+}
+
 impl<S: Send + Sync> FromRequestParts<S> for PathParam {
     type Rejection = ApiError;
 

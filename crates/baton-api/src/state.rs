@@ -18,6 +18,7 @@ use crate::auth::{Authenticator, SessionKeys, SessionSettings};
 use crate::cache::ResponseCache;
 use crate::error::ApiError;
 use crate::limits::TenantLimiters;
+use crate::routes::flow_runs::CompiledVersion;
 
 /// What the HTTP layer needs from the operator's configuration.
 #[derive(Debug, Clone)]
@@ -67,6 +68,8 @@ pub struct AppState {
     pub router: Arc<Router>,
     pub responses: ResponseCache,
     pub limiters: TenantLimiters,
+    /// Compiled activated versions (immutable) by tenant and version id.
+    pub(crate) versions: Cache<String, Arc<CompiledVersion>>,
     pub config: Arc<ApiConfig>,
 }
 
@@ -113,6 +116,7 @@ impl AppState {
             router: Arc::new(Router::new(providers.clone(), config.router)),
             responses: ResponseCache::new(config.response_cache_max_bytes),
             limiters: TenantLimiters::new(),
+            versions: Cache::builder().max_capacity(10_000).build(),
             rules: Cache::builder()
                 .max_capacity(100_000)
                 .time_to_live(SETTINGS_CACHE_TTL)

@@ -9,6 +9,7 @@ pub mod credits;
 pub mod customer;
 pub mod environment;
 pub mod error;
+pub mod flow;
 pub mod ids;
 pub mod model;
 pub mod origin;

@@ -120,7 +120,7 @@ pub struct SettingsPatch {
 }
 
 /// Distinguishes a field set to `null` (`Some(None)`) from an absent one (`None`).
-fn double_option<'de, T, D>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+pub(crate) fn double_option<'de, T, D>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
 where
     T: Deserialize<'de>,
     D: Deserializer<'de>,

@@ -12,6 +12,9 @@ pub enum StoreError {
     /// Another writer changed the row first; the caller may retry.
     #[error("{resource} was changed concurrently; try again")]
     Conflict { resource: &'static str },
+    /// An activated version is read-only: fork it to change it.
+    #[error("version '{0}' is activated and read-only: fork it to make changes")]
+    VersionActivated(String),
     #[error("database configuration: {0}")]
     Config(String),
     /// A stored value could not be decoded (a bug or a hand-edited row).

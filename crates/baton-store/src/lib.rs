@@ -12,6 +12,7 @@ mod time;
 pub mod api_keys;
 pub mod customers;
 pub mod environments;
+pub mod flows;
 pub mod provision;
 pub mod routing_rules;
 pub mod runs;
@@ -127,6 +128,20 @@ impl Store {
 
     pub(crate) fn conn(&self) -> &DatabaseConnection {
         &self.db
+    }
+
+    /// A transaction that will write. On SQLite it takes the write lock at `BEGIN IMMEDIATE`, so
+    /// it waits out the busy timeout instead of failing when another writer commits between its
+    /// first read and first write (a deferred transaction cannot be upgraded then).
+    pub(crate) async fn begin_write(&self) -> StoreResult<sea_orm::DatabaseTransaction> {
+        use sea_orm::{SqliteTransactionMode, TransactionOptions, TransactionTrait};
+        let options = TransactionOptions {
+            sqlite_transaction_mode: (self.db.get_database_backend()
+                == sea_orm::DatabaseBackend::Sqlite)
+                .then_some(SqliteTransactionMode::Immediate),
+            ..TransactionOptions::default()
+        };
+        Ok(self.db.begin_with_options(options).await?)
     }
 }
 

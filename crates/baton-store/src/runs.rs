@@ -7,7 +7,7 @@ use baton_domain::chat::Usage;
 use baton_domain::run::{RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use sea_orm::sea_query::OnConflict;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set, TransactionTrait};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::entity::{run_events, run_tags, runs};
@@ -136,7 +136,7 @@ impl Store {
                 }
             }
         }
-        let txn = self.conn().begin().await?;
+        let txn = self.begin_write().await?;
         for record in records {
             let tenant = record.tenant.as_ref().ok_or_else(|| {
                 StoreError::Corrupt("run", format!("run {} has no tenant", record.id))

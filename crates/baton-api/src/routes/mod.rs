@@ -5,6 +5,8 @@ pub mod chat;
 pub mod chat_events;
 pub mod customers;
 pub mod environments;
+pub mod flow_runs;
+pub mod flows;
 pub mod health;
 pub mod inference;
 pub mod models;
@@ -37,6 +39,26 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
             environments::list_environments,
             environments::create_environment
         ))
+        .routes(routes!(environments::diff_environments))
+        .routes(routes!(environments::promote_environment))
+        .routes(routes!(flows::list_flows, flows::create_flow))
+        .routes(routes!(
+            flows::get_flow,
+            flows::update_flow,
+            flows::delete_flow
+        ))
+        .routes(routes!(flows::list_versions, flows::create_version))
+        .routes(routes!(flows::get_version))
+        .routes(routes!(flows::fork_version))
+        .routes(routes!(flows::activate_version))
+        .routes(routes!(
+            flows::get_template,
+            flows::put_template,
+            flows::delete_template
+        ))
+        .routes(routes!(flows::flow_parameters))
+        .routes(routes!(flow_runs::run_flow))
+        .routes(routes!(flow_runs::get_run))
         .routes(routes!(settings::get_settings, settings::update_settings))
         .routes(routes!(
             customers::list_customers,

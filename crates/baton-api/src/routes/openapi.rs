@@ -28,6 +28,8 @@ use crate::error::{ErrorDetail, ErrorResponse};
         (name = "models", description = "Model catalogue and providers"),
         (name = "chat", description = "OpenAI-compatible chat completions"),
         (name = "routing", description = "Routing rules: aliases over model chains"),
+        (name = "flows", description = "Flows, versions, templates, activation and runs"),
+        (name = "runs", description = "Run details"),
         (name = "health", description = "Probes"),
     )
 )]

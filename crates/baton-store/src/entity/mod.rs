@@ -3,6 +3,10 @@
 pub mod api_keys;
 pub mod customers;
 pub mod environments;
+pub mod flow_activations;
+pub mod flow_templates;
+pub mod flow_versions;
+pub mod flows;
 pub mod routing_rules;
 pub mod run_events;
 pub mod run_tags;

@@ -1,0 +1,458 @@
+//! `/api/v1/flows`: flows, versions, templates and activation (SPEC.md "Flows and versions",
+//! DESIGN.md "Paths the spec does not show"). `{flowId}` is the id or the slug.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use baton_domain::flow::{
+    ActivateVersion, ExecutionMode, Flow, FlowPatch, NewFlow, Template, TemplateInput, Version,
+    validate_title,
+};
+use baton_template::{Field, Library, Parameter, TemplateSource};
+use serde::Deserialize;
+use utoipa::IntoParams;
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorResponse};
+use crate::extract::{Json, PathParam, PathParams, Query};
+use crate::state::AppState;
+
+#[utoipa::path(get, path = "/api/v1/flows", tag = "flows",
+    responses(
+        (status = 200, description = "The tenant's flows, oldest first", body = [Flow]),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn list_flows(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<axum::Json<Vec<Flow>>> {
+    Ok(axum::Json(state.store.list_flows(&principal.tenant).await?))
+}
+
+/// Creates the flow (slug from the title) with a first version holding the `main` template.
+#[utoipa::path(post, path = "/api/v1/flows", tag = "flows", request_body = NewFlow,
+    responses(
+        (status = 201, description = "Created", body = Flow),
+        (status = 400, description = "Invalid title", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn create_flow(
+    State(state): State<AppState>,
+    principal: Principal,
+    Json(body): Json<NewFlow>,
+) -> ApiResult<(StatusCode, axum::Json<Flow>)> {
+    let title = validate_title(&body.title)?;
+    let flow = state.store.create_flow(&principal.tenant, &title).await?;
+    Ok((StatusCode::CREATED, axum::Json(flow)))
+}
+
+#[utoipa::path(get, path = "/api/v1/flows/{flowId}", tag = "flows",
+    params(("flowId" = String, Path, description = "Flow id or slug")),
+    responses(
+        (status = 200, description = "The flow", body = Flow),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow", body = ErrorResponse),
+    ))]
+pub async fn get_flow(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(flow): PathParam,
+) -> ApiResult<axum::Json<Flow>> {
+    Ok(axum::Json(
+        state.store.get_flow(&principal.tenant, &flow).await?.flow,
+    ))
+}
+
+/// Changes `title`, `executionMode` and `classifierModel`; absent fields stay.
+#[utoipa::path(put, path = "/api/v1/flows/{flowId}", tag = "flows", request_body = FlowPatch,
+    params(("flowId" = String, Path, description = "Flow id or slug")),
+    responses(
+        (status = 200, description = "The flow after the change", body = Flow),
+        (status = 400, description = "Invalid field", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow", body = ErrorResponse),
+    ))]
+pub async fn update_flow(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(flow): PathParam,
+    Json(patch): Json<FlowPatch>,
+) -> ApiResult<axum::Json<Flow>> {
+    let patch = patch.validate()?;
+    Ok(axum::Json(
+        state
+            .store
+            .update_flow(&principal.tenant, &flow, &patch)
+            .await?,
+    ))
+}
+
+/// Soft delete: the flow leaves lists and can no longer run; its id and slug answer 404.
+#[utoipa::path(delete, path = "/api/v1/flows/{flowId}", tag = "flows",
+    params(("flowId" = String, Path, description = "Flow id or slug")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow", body = ErrorResponse),
+    ))]
+pub async fn delete_flow(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(flow): PathParam,
+) -> ApiResult<StatusCode> {
+    state.store.delete_flow(&principal.tenant, &flow).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/api/v1/flows/{flowId}/versions", tag = "flows",
+    params(("flowId" = String, Path, description = "Flow id or slug")),
+    responses(
+        (status = 200, description = "Versions with their templates, oldest first", body = [Version]),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow", body = ErrorResponse),
+    ))]
+pub async fn list_versions(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(flow): PathParam,
+) -> ApiResult<axum::Json<Vec<Version>>> {
+    Ok(axum::Json(
+        state.store.list_versions(&principal.tenant, &flow).await?,
+    ))
+}
+
+/// A new, empty draft.
+#[utoipa::path(post, path = "/api/v1/flows/{flowId}/versions", tag = "flows",
+    params(("flowId" = String, Path, description = "Flow id or slug")),
+    responses(
+        (status = 201, description = "The new draft", body = Version),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow", body = ErrorResponse),
+    ))]
+pub async fn create_version(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(flow): PathParam,
+) -> ApiResult<(StatusCode, axum::Json<Version>)> {
+    let version = state
+        .store
+        .create_version(&principal.tenant, &flow, None)
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(version)))
+}
+
+#[utoipa::path(get, path = "/api/v1/flows/{flowId}/versions/{versionId}", tag = "flows",
+    params(("flowId" = String, Path, description = "Flow id or slug"), ("versionId" = String, Path, description = "Version id")),
+    responses(
+        (status = 200, description = "The version with its templates and activations", body = Version),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow or version", body = ErrorResponse),
+    ))]
+pub async fn get_version(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParams((flow, version)): PathParams<(String, String)>,
+) -> ApiResult<axum::Json<Version>> {
+    Ok(axum::Json(
+        state
+            .store
+            .get_version(&principal.tenant, &flow, &version)
+            .await?,
+    ))
+}
+
+/// A new draft holding a copy of the version's templates; the source is unchanged.
+#[utoipa::path(post, path = "/api/v1/flows/{flowId}/versions/{versionId}/fork", tag = "flows",
+    params(("flowId" = String, Path, description = "Flow id or slug"), ("versionId" = String, Path, description = "Version to copy")),
+    responses(
+        (status = 201, description = "The new draft", body = Version),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow or version", body = ErrorResponse),
+    ))]
+pub async fn fork_version(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParams((flow, version)): PathParams<(String, String)>,
+) -> ApiResult<(StatusCode, axum::Json<Version>)> {
+    let forked = state
+        .store
+        .create_version(&principal.tenant, &flow, Some(&version))
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(forked)))
+}
+
+/// Pins the version to an environment; the version becomes read-only.
+#[utoipa::path(post, path = "/api/v1/flows/{flowId}/versions/{versionId}/environments", tag = "flows",
+    request_body = ActivateVersion,
+    params(("flowId" = String, Path, description = "Flow id or slug"), ("versionId" = String, Path, description = "Version id")),
+    responses(
+        (status = 200, description = "The version, now activated", body = Version),
+        (status = 400, description = "Unknown environment or an invalid template", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow or version", body = ErrorResponse),
+    ))]
+pub async fn activate_version(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParams((flow, version)): PathParams<(String, String)>,
+    Json(body): Json<ActivateVersion>,
+) -> ApiResult<axum::Json<Version>> {
+    let environment = known_environment(&state, &principal, &body.environment).await?;
+    let draft = state
+        .store
+        .get_version(&principal.tenant, &flow, &version)
+        .await?;
+    // What runs must compile: the entrypoint exists and no template includes itself.
+    if draft.template(&draft.entrypoint).is_none() {
+        return Err(ApiError::validation(
+            "versionId",
+            format!(
+                "the version has no '{}' template (its entrypoint) to run",
+                draft.entrypoint
+            ),
+        ));
+    }
+    compile(&draft.templates)?;
+    let comment = body
+        .comment
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty());
+    let activated = state
+        .store
+        .activate_version(
+            &principal.tenant,
+            &flow,
+            &version,
+            &environment,
+            comment,
+            &principal.actor(),
+        )
+        .await?;
+    Ok(axum::Json(activated))
+}
+
+/// The environment must exist (`POST /api/v1/environments`); its stored spelling is returned.
+pub(crate) async fn known_environment(
+    state: &AppState,
+    principal: &Principal,
+    name: &str,
+) -> ApiResult<String> {
+    let name = baton_domain::environment::validate_environment_name(name, "environment")?;
+    match state
+        .store
+        .find_environment(&principal.tenant, &name)
+        .await?
+    {
+        Some(environment) => Ok(environment.name),
+        None => Err(ApiError::validation(
+            "environment",
+            format!(
+                "environment '{name}' does not exist: create it with POST /api/v1/environments"
+            ),
+        )),
+    }
+}
+
+/// Compiles a version's templates; a syntax error or a cycle is a 400 naming the template.
+pub(crate) fn compile(templates: &[Template]) -> ApiResult<Library> {
+    let sources: Vec<TemplateSource<'_>> = templates
+        .iter()
+        .map(|t| TemplateSource {
+            name: &t.name,
+            template: &t.template,
+            user_template: t.user_template.as_deref(),
+        })
+        .collect();
+    Library::compile(&sources).map_err(|(name, err)| {
+        let field = match &err {
+            baton_template::TemplateError::InvalidName {
+                field: Field::UserTemplate,
+                ..
+            }
+            | baton_template::TemplateError::Unclosed {
+                field: Field::UserTemplate,
+                ..
+            } => "userTemplate",
+            _ => "template",
+        };
+        ApiError::validation(field, format!("template '{name}': {err}"))
+    })
+}
+
+#[utoipa::path(get, path = "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}", tag = "flows",
+    params(("flowId" = String, Path, description = "Flow id or slug"), ("versionId" = String, Path, description = "Version id"), ("name" = String, Path, description = "Template name")),
+    responses(
+        (status = 200, description = "The template", body = Template),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow, version or template", body = ErrorResponse),
+    ))]
+pub async fn get_template(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParams((flow, version, name)): PathParams<(String, String, String)>,
+) -> ApiResult<axum::Json<Template>> {
+    let version = state
+        .store
+        .get_version(&principal.tenant, &flow, &version)
+        .await?;
+    version
+        .templates
+        .into_iter()
+        .find(|t| t.name == name)
+        .map(axum::Json)
+        .ok_or_else(|| ApiError::NotFound(format!("template '{name}' not found")))
+}
+
+/// Creates or replaces a template of a draft (409 `VERSION_ACTIVATED` once activated). The text
+/// is checked: `[[Bad-Name]]` and templates including themselves are refused.
+#[utoipa::path(put, path = "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}", tag = "flows",
+    request_body = TemplateInput,
+    params(("flowId" = String, Path, description = "Flow id or slug"), ("versionId" = String, Path, description = "Version id"), ("name" = String, Path, description = "Template name")),
+    responses(
+        (status = 200, description = "Replaced", body = Template),
+        (status = 201, description = "Created", body = Template),
+        (status = 400, description = "Invalid field or template text", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow or version", body = ErrorResponse),
+        (status = 409, description = "The version is activated", body = ErrorResponse),
+    ))]
+pub async fn put_template(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParams((flow, version, name)): PathParams<(String, String, String)>,
+    Json(body): Json<TemplateInput>,
+) -> ApiResult<(StatusCode, axum::Json<Template>)> {
+    let template = body.validate(&name)?;
+    baton_template::validate_text(&template.template, Field::Template)
+        .map_err(|e| ApiError::validation("template", e.to_string()))?;
+    if let Some(user) = &template.user_template {
+        baton_template::validate_text(user, Field::UserTemplate)
+            .map_err(|e| ApiError::validation("userTemplate", e.to_string()))?;
+    }
+    if let Some(schema) = &template.response_schema {
+        baton_providers::structured::OutputSchema::compile(schema)
+            .map_err(|e| ApiError::validation("responseSchema", e))?;
+    }
+    // The version with this template in place must still compose without a cycle.
+    let current = state
+        .store
+        .get_version(&principal.tenant, &flow, &version)
+        .await?;
+    let mut templates: Vec<Template> = current
+        .templates
+        .into_iter()
+        .filter(|t| t.name != name)
+        .collect();
+    templates.push(template.clone());
+    compile(&templates)?;
+    let created = state
+        .store
+        .upsert_template(&principal.tenant, &flow, &version, &template)
+        .await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, axum::Json(template)))
+}
+
+#[utoipa::path(delete, path = "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}", tag = "flows",
+    params(("flowId" = String, Path, description = "Flow id or slug"), ("versionId" = String, Path, description = "Version id"), ("name" = String, Path, description = "Template name")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow, version or template", body = ErrorResponse),
+        (status = 409, description = "The version is activated", body = ErrorResponse),
+    ))]
+pub async fn delete_template(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParams((flow, version, name)): PathParams<(String, String, String)>,
+) -> ApiResult<StatusCode> {
+    state
+        .store
+        .delete_template(&principal.tenant, &flow, &version, &name)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct ParametersQuery {
+    /// The environment whose version is read; default: the first activated one, else the
+    /// newest version.
+    pub environment: Option<String>,
+}
+
+/// The parameters a caller can supply: `[[name]]` placeholders of the template that runs (all
+/// templates in Route mode), with their source and, for sub-templates, `promptTemplate`.
+#[utoipa::path(get, path = "/api/v1/flows/{flowId}/parameters", tag = "flows", params(("flowId" = String, Path, description = "Flow id or slug"), ParametersQuery),
+    responses(
+        (status = 200, description = "Parameter discovery items", body = [Object]),
+        (status = 400, description = "No version is active in that environment", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such flow", body = ErrorResponse),
+    ))]
+pub async fn flow_parameters(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(flow): PathParam,
+    Query(query): Query<ParametersQuery>,
+) -> ApiResult<axum::Json<Vec<Parameter>>> {
+    let found = state.store.get_flow(&principal.tenant, &flow).await?;
+    let version_id = match query.environment.as_deref() {
+        Some(environment) => Some(
+            found
+                .flow
+                .active_versions
+                .get(environment)
+                .cloned()
+                .ok_or_else(|| {
+                    ApiError::validation(
+                        "environment",
+                        format!("flow '{flow}' has no version active in '{environment}'"),
+                    )
+                })?,
+        ),
+        None => found
+            .environments
+            .first()
+            .and_then(|e| found.flow.active_versions.get(e).cloned()),
+    };
+    let version = match version_id {
+        Some(id) => {
+            state
+                .store
+                .get_version(&principal.tenant, &flow, &id)
+                .await?
+        }
+        None => state
+            .store
+            .list_versions(&principal.tenant, &flow)
+            .await?
+            .pop()
+            .ok_or_else(|| ApiError::NotFound(format!("flow '{flow}' has no version")))?,
+    };
+    let library = compile(&version.templates)?;
+    let names: Vec<&str> = match found.flow.execution_mode {
+        ExecutionMode::Route => version.templates.iter().map(|t| t.name.as_str()).collect(),
+        ExecutionMode::Direct => vec![version.entrypoint.as_str()],
+    };
+    let mut parameters: Vec<Parameter> = Vec::new();
+    for name in names {
+        if version.template(name).is_none() {
+            continue;
+        }
+        for parameter in library
+            .parameters(name)
+            .map_err(|e| ApiError::validation("template", e.to_string()))?
+        {
+            if !parameters.contains(&parameter) {
+                parameters.push(parameter);
+            }
+        }
+    }
+    Ok(axum::Json(parameters))
+}
