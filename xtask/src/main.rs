@@ -6,9 +6,10 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("openapi") => openapi(args.get(1).map(String::as_str)),
+        Some("bench") => bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)"
+                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)"
             );
             return ExitCode::FAILURE;
         }
@@ -39,5 +40,22 @@ fn openapi(flag: Option<&str>) -> anyhow::Result<()> {
     }
     let status = command.status()?;
     anyhow::ensure!(status.success(), "openapi task failed");
+    Ok(())
+}
+
+/// Packages with benchmarks. Listed rather than `--workspace`, which would build every crate's
+/// test harness in release mode for nothing.
+const BENCH_PACKAGES: &[&str] = &["baton-template"];
+
+/// `cargo bench` over [`BENCH_PACKAGES`]; everything after `bench` is passed through, so
+/// `cargo xtask bench -- --sample-size 20` reaches criterion.
+fn bench(args: &[String]) -> anyhow::Result<()> {
+    let mut command = Command::new(env!("CARGO"));
+    command.arg("bench");
+    for package in BENCH_PACKAGES {
+        command.args(["-p", package]);
+    }
+    let status = command.args(args).status()?;
+    anyhow::ensure!(status.success(), "bench task failed");
     Ok(())
 }
