@@ -589,3 +589,68 @@ async fn flow_runs_stream_the_events_format() {
         .collect();
     assert_eq!(text, "streamed flow answer");
 }
+
+#[tokio::test]
+async fn export_from_one_tenant_imports_into_another_and_runs_there() {
+    let (app, mock) = app_with_mock().await;
+    let a = Api {
+        app: &app,
+        key: app.default_tenant.api_key.clone(),
+    };
+    a.post("/api/v1/environments", json!({"name": "production"}))
+        .await;
+    let slug = activated_flow(
+        &a,
+        "Exported Flow",
+        json!({"main": {"template": "Exported prompt about [[topic]].", "userTemplate": "[[q]]", "llm": "openai/gpt-4o-mini"},
+               "extra": {"description": "kept too", "template": "Extra."}}),
+    )
+    .await;
+    let document = a.get("/api/v1/export").await;
+    assert_eq!(document["format"], 1);
+    let exported = &document["flows"][0];
+    assert_eq!(exported["name"], slug);
+    assert_eq!(
+        exported["versions"][0]["templates"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        exported["versions"][0]["activations"][0]["environment"],
+        "production"
+    );
+
+    let tenant_b = app.create_tenant("tenant-b").await;
+    let b = Api {
+        app: &app,
+        key: tenant_b.api_key.clone(),
+    };
+    let report = b.post("/api/v1/export/import", document.clone()).await;
+    assert_eq!(report["flowsCreated"], json!([slug]));
+    assert_eq!(report["environmentsCreated"], json!(["production"]));
+    mock.push(Reply::text("imported answer"));
+    let run = b
+        .run(&slug, json!({"parameters": {"topic": "cats", "q": "hi"}}))
+        .await;
+    assert_eq!(run["environment"], "production");
+    assert_eq!(run["output"]["text"], "imported answer");
+    let (system, _) = system_and_user(&mock.received().pop().unwrap().body);
+    assert_eq!(system, "Exported prompt about cats.");
+
+    // A second import skips what exists and changes nothing.
+    let again = b.post("/api/v1/export/import", document.clone()).await;
+    assert_eq!(again["flowsCreated"], json!([]));
+    assert_eq!(again["flowsSkipped"], json!([slug]));
+    assert_eq!(b.get("/api/v1/flows").await.as_array().unwrap().len(), 1);
+
+    // A broken document is refused whole, naming the field.
+    let mut broken = document;
+    broken["flows"][0]["name"] = json!("Not A Slug");
+    let error = app
+        .post("/api/v1/export/import", &tenant_b.api_key, broken)
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(error["param"], "flows[0].name");
+}

@@ -61,6 +61,8 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET", "/api/v1/flows/{flowId}/parameters"),
     ("POST", "/api/v1/flows/{flowId}/runs"),
     ("GET", "/api/v1/runs/{runId}"),
+    ("GET", "/api/v1/export"),
+    ("POST", "/api/v1/export/import"),
 ];
 
 #[tokio::test]

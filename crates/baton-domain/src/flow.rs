@@ -347,6 +347,61 @@ pub struct ActivateVersion {
     pub comment: Option<String>,
 }
 
+/// `GET /api/v1/export`: every flow with all versions, templates and activations, and tools.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ExportDocument {
+    /// Format version of the document (1).
+    pub format: u32,
+    pub exported_at: Timestamp,
+    pub flows: Vec<ExportedFlow>,
+    /// Tool records (the tool runtime adds them); imported tools are matched by name.
+    #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub tools: Vec<Value>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ExportedFlow {
+    /// The slug; an import skips a flow whose slug the tenant already has.
+    pub name: String,
+    pub title: String,
+    #[serde(default)]
+    pub execution_mode: ExecutionMode,
+    #[serde(default)]
+    pub classifier_model: Option<String>,
+    pub versions: Vec<ExportedVersion>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ExportedVersion {
+    pub number: u32,
+    pub entrypoint: String,
+    pub templates: Vec<Template>,
+    /// Oldest first; replayed in order on import, so each environment ends where it was.
+    #[serde(default)]
+    pub activations: Vec<Activation>,
+}
+
+/// What an import did.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ImportReport {
+    pub flows_created: Vec<String>,
+    /// Flows whose slug the tenant already had.
+    pub flows_skipped: Vec<String>,
+    /// Environments the activations needed that the tenant did not have.
+    pub environments_created: Vec<String>,
+    pub tools_created: Vec<String>,
+    pub tools_skipped: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use baton_domain::flow::{
-    Activation, ENTRYPOINT, ExecutionMode, Flow, Template, ValidFlowPatch, Version, VersionStatus,
+    Activation, ENTRYPOINT, ExecutionMode, ExportedFlow, ExportedVersion, Flow, Template,
+    ValidFlowPatch, Version, VersionStatus,
 };
 use baton_domain::{TenantId, Timestamp, new_id};
 use sea_orm::sea_query::Expr;
@@ -565,5 +566,105 @@ impl Store {
             .ok_or_else(|| StoreError::not_found("version", version_id))?;
         txn.commit().await?;
         Ok(version)
+    }
+
+    /// Every live flow with all its versions, for `GET /export`.
+    pub async fn export_flows(&self, tenant: &TenantId) -> StoreResult<Vec<ExportedFlow>> {
+        let flows = self.list_flows(tenant).await?;
+        let mut out = Vec::with_capacity(flows.len());
+        for flow in flows {
+            let versions = Self::load_versions(self.conn(), tenant, &flow.id, None).await?;
+            out.push(ExportedFlow {
+                name: flow.name,
+                title: flow.title,
+                execution_mode: flow.execution_mode,
+                classifier_model: flow.classifier_model,
+                versions: versions
+                    .into_iter()
+                    .map(|v| ExportedVersion {
+                        number: v.number,
+                        entrypoint: v.entrypoint,
+                        templates: v.templates,
+                        activations: v.activations,
+                    })
+                    .collect(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Recreates an exported flow under its own slug; `false` (nothing written) when the tenant
+    /// already has that slug. Activations are replayed with their times, so every environment
+    /// ends on the version it had.
+    pub async fn import_flow(
+        &self,
+        tenant: &TenantId,
+        flow: &ExportedFlow,
+        imported_by: &str,
+    ) -> StoreResult<bool> {
+        let txn = self.begin_write().await?;
+        let taken = flows::Entity::find()
+            .filter(flows::Column::TenantId.eq(tenant.as_str()))
+            .filter(flows::Column::Name.eq(&flow.name))
+            .one(&txn)
+            .await?
+            .is_some();
+        if taken {
+            return Ok(false);
+        }
+        let now = to_millis(Timestamp::now());
+        let flow_id = new_id();
+        flows::ActiveModel {
+            id: Set(flow_id.clone()),
+            tenant_id: Set(tenant.as_str().to_string()),
+            name: Set(flow.name.clone()),
+            title: Set(flow.title.clone()),
+            execution_mode: Set(flow.execution_mode.as_str().to_string()),
+            classifier_model: Set(flow.classifier_model.clone()),
+            created_at: Set(now),
+            updated_at: Set(now),
+            deleted_at: Set(None),
+        }
+        .insert(&txn)
+        .await
+        .map_err(crate::error::on_unique("flow", &flow.name))?;
+        for version in &flow.versions {
+            let version_id = new_id();
+            flow_versions::ActiveModel {
+                id: Set(version_id.clone()),
+                tenant_id: Set(tenant.as_str().to_string()),
+                flow_id: Set(flow_id.clone()),
+                number: Set(i32::try_from(version.number).unwrap_or(i32::MAX)),
+                entrypoint: Set(version.entrypoint.clone()),
+                created_at: Set(now),
+            }
+            .insert(&txn)
+            .await?;
+            for (position, template) in version.templates.iter().enumerate() {
+                let position = i32::try_from(position).unwrap_or(i32::MAX);
+                template_row(tenant, &version_id, position, template)
+                    .insert(&txn)
+                    .await?;
+            }
+            for activation in &version.activations {
+                flow_activations::ActiveModel {
+                    id: Set(new_id()),
+                    tenant_id: Set(tenant.as_str().to_string()),
+                    flow_id: Set(flow_id.clone()),
+                    version_id: Set(version_id.clone()),
+                    environment: Set(activation.environment.clone()),
+                    comment: Set(activation.comment.clone()),
+                    activated_by: Set(format!(
+                        "{imported_by} (import of {})",
+                        activation.activated_by
+                    )),
+                    activated_at: Set(to_millis(activation.activated_at)),
+                }
+                .insert(&txn)
+                .await?;
+            }
+        }
+        txn.commit().await?;
+        Ok(true)
     }
 }

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod chat_events;
 pub mod customers;
 pub mod environments;
+pub mod export;
 pub mod flow_runs;
 pub mod flows;
 pub mod health;
@@ -59,6 +60,8 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(flows::flow_parameters))
         .routes(routes!(flow_runs::run_flow))
         .routes(routes!(flow_runs::get_run))
+        .routes(routes!(export::export))
+        .routes(routes!(export::import))
         .routes(routes!(settings::get_settings, settings::update_settings))
         .routes(routes!(
             customers::list_customers,

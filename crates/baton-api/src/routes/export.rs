@@ -1,0 +1,118 @@
+//! `GET /api/v1/export` and `POST /api/v1/export/import` (SPEC.md "Export and import"): one JSON
+//! document with every flow (all versions, templates and activations) and the tools.
+
+use axum::extract::State;
+use baton_domain::Timestamp;
+use baton_domain::flow::{ExportDocument, ImportReport, slugify, validate_title};
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorResponse};
+use crate::extract::Json;
+use crate::routes::flows::compile;
+use crate::state::AppState;
+
+const FORMAT: u32 = 1;
+
+#[utoipa::path(get, path = "/api/v1/export", tag = "flows",
+    responses(
+        (status = 200, description = "Every flow with its versions, templates and activations", body = ExportDocument),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn export(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<axum::Json<ExportDocument>> {
+    Ok(axum::Json(ExportDocument {
+        format: FORMAT,
+        exported_at: Timestamp::now(),
+        flows: state.store.export_flows(&principal.tenant).await?,
+        tools: Vec::new(),
+    }))
+}
+
+/// Imports a document from `GET /export` (any tenant's). Flows whose slug exists are skipped;
+/// environments the activations name are created. The whole document is checked first.
+#[utoipa::path(post, path = "/api/v1/export/import", tag = "flows", request_body = ExportDocument,
+    responses(
+        (status = 200, description = "What was created and what was skipped", body = ImportReport),
+        (status = 400, description = "An invalid flow or template in the document", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn import(
+    State(state): State<AppState>,
+    principal: Principal,
+    Json(document): Json<ExportDocument>,
+) -> ApiResult<axum::Json<ImportReport>> {
+    if document.format != FORMAT {
+        return Err(ApiError::validation(
+            "format",
+            format!(
+                "unsupported export format {}: this server reads {FORMAT}",
+                document.format
+            ),
+        ));
+    }
+    for (i, flow) in document.flows.iter().enumerate() {
+        let param = |field: &str| format!("flows[{i}].{field}");
+        if slugify(&flow.name) != flow.name {
+            return Err(ApiError::validation(
+                param("name"),
+                format!("'{}' is not a flow slug", flow.name),
+            ));
+        }
+        validate_title(&flow.title)
+            .map_err(|e| ApiError::validation(param("title"), e.to_string()))?;
+        for (j, version) in flow.versions.iter().enumerate() {
+            for template in &version.templates {
+                baton_domain::flow::validate_template_name(
+                    &template.name,
+                    &param(&format!("versions[{j}].templates")),
+                )?;
+            }
+            compile(&version.templates).map_err(|e| match e {
+                ApiError::Invalid { message, .. } => {
+                    ApiError::validation(param(&format!("versions[{j}].templates")), message)
+                }
+                other => other,
+            })?;
+        }
+    }
+
+    let mut report = ImportReport::default();
+    let mut environments: Vec<String> = document
+        .flows
+        .iter()
+        .flat_map(|f| f.versions.iter())
+        .flat_map(|v| v.activations.iter().map(|a| a.environment.clone()))
+        .collect();
+    environments.sort();
+    environments.dedup();
+    for name in environments {
+        let name = baton_domain::environment::validate_environment_name(&name, "environment")?;
+        if state
+            .store
+            .find_environment(&principal.tenant, &name)
+            .await?
+            .is_none()
+        {
+            state
+                .store
+                .create_environment(&principal.tenant, &name)
+                .await?;
+            report.environments_created.push(name);
+        }
+    }
+    let actor = principal.actor();
+    for flow in &document.flows {
+        if state
+            .store
+            .import_flow(&principal.tenant, flow, &actor)
+            .await?
+        {
+            report.flows_created.push(flow.name.clone());
+        } else {
+            report.flows_skipped.push(flow.name.clone());
+        }
+    }
+    Ok(axum::Json(report))
+}
