@@ -481,7 +481,7 @@ async fn catalogue_and_providers_are_listed() {
 }
 
 /// Log rows are written off the request path: poll briefly for one.
-async fn wait_for_run(app: &TestApp, id: &str) -> baton_domain::run::RunRecord {
+pub async fn wait_for_run(app: &TestApp, id: &str) -> baton_domain::run::RunRecord {
     let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
     for _ in 0..100 {
         if let Ok(run) = app.store.get_run(&tenant, id).await {

@@ -14,22 +14,10 @@ use baton_testkit::{MockProvider, Reply, ToolCallReply};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::chat::app_with_mock;
-use crate::helpers::TestApp;
+use crate::chat::{app_with_mock, wait_for_run};
 
 /// The catalogue's OpenAI web search fee (`webSearchCreditsPerCall.openai`).
 const OPENAI_SEARCH_FEE: i64 = 10_000;
-
-async fn wait_for_run(app: &TestApp, id: &str) -> baton_domain::run::RunRecord {
-    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
-    for _ in 0..100 {
-        if let Ok(run) = app.store.get_run(&tenant, id).await {
-            return run;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("run {id} was never logged");
-}
 
 fn has_tool(body: &Value, kind: &str) -> bool {
     body["tools"]

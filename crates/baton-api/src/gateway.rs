@@ -16,9 +16,9 @@ use futures::StreamExt;
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use crate::cache::{CacheSlot, ResponseCache, replay};
+use crate::cache::{CacheFill, CacheSlot, ResponseCache, replay};
 use crate::error::{ApiError, ApiResult};
-use crate::runlog::RunLog;
+use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 
 /// A request's own per-attempt time limits, in milliseconds.
@@ -116,6 +116,29 @@ pub struct Answer<T> {
     pub model: ChainModel,
     pub fallback_used: bool,
     pub cached: bool,
+}
+
+impl<T> Answer<T> {
+    /// The pricing of this answer: nothing when it came from the cache.
+    pub fn pricing(&self, pricing: Pricing) -> Pricing {
+        if self.cached {
+            pricing.for_cached()
+        } else {
+            pricing
+        }
+    }
+
+    /// Where a streamed answer is cached once complete (not when it came from the cache).
+    pub fn cache_fill(&self, state: &AppState, plan: &CallPlan) -> Option<CacheFill> {
+        plan.cache
+            .clone()
+            .filter(|_| !self.cached)
+            .map(|slot| CacheFill {
+                cache: state.responses.clone(),
+                slot,
+                model: self.model.clone(),
+            })
+    }
 }
 
 /// A request that got no answer: what to report and what to bill.

@@ -151,12 +151,8 @@ pub async fn chat_completions(
             }
         };
         call.served_by(&answer.model, answer.fallback_used, answer.cached);
+        let pricing = answer.pricing(pricing);
         let response = answer.value;
-        let pricing = if answer.cached {
-            pricing.for_cached()
-        } else {
-            pricing
-        };
         let credits = pricing
             .cost(
                 &call.provider_key,
@@ -195,20 +191,8 @@ pub async fn chat_completions(
         }
     };
     call.served_by(&answer.model, answer.fallback_used, answer.cached);
-    let pricing = if answer.cached {
-        pricing.for_cached()
-    } else {
-        pricing
-    };
-    let fill = plan
-        .cache
-        .clone()
-        .filter(|_| !answer.cached)
-        .map(|slot| CacheFill {
-            cache: state.responses.clone(),
-            slot,
-            model: answer.model.clone(),
-        });
+    let pricing = answer.pricing(pricing);
+    let fill = answer.cache_fill(&state, &plan);
     let upstream = answer.value;
     let mut reply = if let Some(options) = event_options {
         let end = StreamEnd { fill, schema };

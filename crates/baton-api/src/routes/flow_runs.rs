@@ -24,7 +24,6 @@ use serde_json::{Map, Value, json};
 use utoipa::ToSchema;
 
 use crate::auth::Principal;
-use crate::cache::CacheFill;
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::events::{CallInfo, EventLog};
@@ -378,20 +377,8 @@ pub async fn run_flow(
             }
         };
         call.served_by(&answer.model, answer.fallback_used, answer.cached);
-        let pricing = if answer.cached {
-            pricing.for_cached()
-        } else {
-            pricing
-        };
-        let fill = plan
-            .cache
-            .clone()
-            .filter(|_| !answer.cached)
-            .map(|slot| CacheFill {
-                cache: state.responses.clone(),
-                slot,
-                model: answer.model.clone(),
-            });
+        let pricing = answer.pricing(pricing);
+        let fill = answer.cache_fill(&state, &plan);
         let end = StreamEnd { fill, schema };
         let stream = EventStream::new(answer.value, events, options, log, pricing, call, end);
         return Ok(Sse::new(event_stream(stream)).into_response());
@@ -410,17 +397,13 @@ pub async fn run_flow(
         Ok(answer) => answer,
         Err(failure) => return Err(failure.log(log).await),
     };
+    let pricing = answer.pricing(pricing);
     let response: InferenceResponse = answer.value;
     let (provider, model) = (answer.model.provider.as_str(), answer.model.model.as_str());
     let served = if response.model.is_empty() {
         model
     } else {
         response.model.as_str()
-    };
-    let pricing = if answer.cached {
-        pricing.for_cached()
-    } else {
-        pricing
     };
     let cost = pricing.cost(provider, served, model, &response.usage);
     let served_model = format!("{provider}/{served}");

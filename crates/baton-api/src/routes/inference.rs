@@ -235,17 +235,13 @@ pub async fn inference(
         Ok(answer) => answer,
         Err(failure) => return Err(failure.log(log).await),
     };
+    let pricing = answer.pricing(pricing);
     let response = answer.value;
     let (provider, model) = (&answer.model.provider, &answer.model.model);
     let served = if response.model.is_empty() {
         model.clone()
     } else {
         response.model.clone()
-    };
-    let pricing = if answer.cached {
-        pricing.for_cached()
-    } else {
-        pricing
     };
     let cost = pricing.cost(provider, &served, model, &response.usage);
     log.succeed(provider, model, &response).await;
