@@ -1,0 +1,8 @@
+//! Baton's tool runtime. So far: the outbound guard every call to a tenant-supplied address goes
+//! through (`guard`); the tool kinds (External, MCP) and the tool loop build on it.
+
+pub mod error;
+pub mod guard;
+
+pub use error::ToolError;
+pub use guard::{GuardPolicy, GuardedClient, is_forbidden, read_capped};
