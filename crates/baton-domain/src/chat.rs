@@ -168,6 +168,7 @@ pub enum ResponseFormat {
 
 /// Provider-native tools the provider runs itself (DESIGN.md "Virtual tools").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum VendorTool {
     #[serde(rename = "web_search")]
     WebSearch,

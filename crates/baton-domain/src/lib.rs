@@ -18,6 +18,7 @@ pub mod run;
 pub mod settings;
 pub mod tags;
 pub mod time;
+pub mod tool;
 pub mod user;
 
 pub use error::{DomainError, DomainResult};
