@@ -11,6 +11,7 @@ mod m20261122_000001_foundation;
 mod m20261122_000002_runs;
 mod m20261122_000003_routing;
 mod m20261122_000004_flows;
+mod m20261122_000005_tools;
 
 pub struct Migrator;
 
@@ -22,6 +23,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000002_runs::Migration),
             Box::new(m20261122_000003_routing::Migration),
             Box::new(m20261122_000004_flows::Migration),
+            Box::new(m20261122_000005_tools::Migration),
         ]
     }
 }

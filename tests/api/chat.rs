@@ -13,9 +13,17 @@ const GOOGLE_CANARY: &str = "AIza-canary-google-31c4";
 const AWS_SECRET_CANARY: &str = "aws-secret-canary-77e0f1";
 
 pub async fn app_with_mock() -> (TestApp, MockProvider) {
+    app_with_mock_and(|_| {}).await
+}
+
+/// [`app_with_mock`] with more configuration (e.g. addresses the outbound guard lets through).
+pub async fn app_with_mock_and(
+    extra: impl FnOnce(&mut baton_server::config::Config) + Send + 'static,
+) -> (TestApp, MockProvider) {
     let mock = MockProvider::start().await.unwrap();
     let (openai_base, root) = (mock.openai_base(), mock.root());
     let app = spawn_app_with(move |config| {
+        extra(config);
         config.providers.insert(
             "openai".into(),
             ProviderConfig {

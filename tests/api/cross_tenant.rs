@@ -58,6 +58,27 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
     assert_eq!(rule.status, 201, "{}", rule.text);
     let rule_id = rule.json()["id"].as_str().unwrap().to_string();
 
+    let tool = app
+        .post(
+            "/api/v1/tools",
+            &a.api_key,
+            json!({"name": format!("{marker}-tool"), "toolType": "External",
+                   "webUrl": "https://a-private-marker.example.com/tool",
+                   "headers": {"X-Key": format!("{marker}-tool-header")}}),
+        )
+        .await;
+    assert_eq!(tool.status, 201, "{}", tool.text);
+    let tool_id = tool.json()["id"].as_str().unwrap().to_string();
+    let server = app
+        .post(
+            "/api/v1/mcp-servers",
+            &a.api_key,
+            json!({"name": format!("{marker} mcp"), "url": "https://a-private-marker.example.com/mcp"}),
+        )
+        .await;
+    assert_eq!(server.status, 201, "{}", server.text);
+    let server_id = server.json()["id"].as_str().unwrap().to_string();
+
     let flow = app
         .post(
             "/api/v1/flows",
@@ -76,7 +97,7 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         .put(
             &format!("/api/v1/flows/{flow_id}/versions/{version_id}/templates/main"),
             &a.api_key,
-            json!({"template": format!("{marker} prompt")}),
+            json!({"template": format!("{marker} prompt"), "toolIds": [tool_id]}),
         )
         .await;
     assert_eq!(template.status, 200, "{}", template.text);
@@ -140,6 +161,23 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             format!("/api/v1/flows/{flow_id}/runs"),
         ),
         ("/api/v1/runs/{runId}", format!("/api/v1/runs/{run_id}")),
+        ("/api/v1/tools/{id}", format!("/api/v1/tools/{tool_id}")),
+        (
+            "/api/v1/tools/{id}/usage",
+            format!("/api/v1/tools/{tool_id}/usage"),
+        ),
+        (
+            "/api/v1/mcp-servers/{id}",
+            format!("/api/v1/mcp-servers/{server_id}"),
+        ),
+        (
+            "/api/v1/mcp-servers/{id}/discover",
+            format!("/api/v1/mcp-servers/{server_id}/discover"),
+        ),
+        (
+            "/api/v1/mcp-servers/{id}/import",
+            format!("/api/v1/mcp-servers/{server_id}/import"),
+        ),
     ]);
     // Bodies that pass validation, so that the tenant check is what answers.
     let valid_bodies: HashMap<&str, Value> = HashMap::from([
@@ -154,6 +192,18 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         (
             "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}",
             json!({"template": "b prompt"}),
+        ),
+        (
+            "/api/v1/tools/{id}",
+            json!({"name": "b-tool", "toolType": "External", "webUrl": "https://b.example.com/t"}),
+        ),
+        (
+            "/api/v1/mcp-servers/{id}",
+            json!({"name": "b mcp", "url": "https://b.example.com/mcp"}),
+        ),
+        (
+            "/api/v1/mcp-servers/{id}/import",
+            json!({"toolNames": ["x"]}),
         ),
     ]);
     let b_env = app
@@ -175,7 +225,11 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         "a-private-marker prompt",
         "a-private-marker-run",
         "a-private-marker-tag",
+        "a-private-marker-tool",
+        "a-private-marker mcp",
         flow_id.as_str(),
+        tool_id.as_str(),
+        server_id.as_str(),
         version_id.as_str(),
         a.id.as_str(),
         a_key_id.as_str(),
@@ -276,5 +330,7 @@ async fn snapshot(
         app.get("/api/v1/settings", key).await.text,
         app.get("/api/v1/routing-rules", key).await.text,
         app.get("/api/v1/flows", key).await.text,
+        app.get("/api/v1/tools", key).await.text,
+        app.get("/api/v1/mcp-servers", key).await.text,
     ]
 }

@@ -19,12 +19,17 @@ fn python_with_sdk() -> PathBuf {
     if let Some(python) = std::env::var_os("BATON_TEST_PYTHON") {
         return PathBuf::from(python);
     }
+    python_with(OPENAI_SDK, "py-openai-sdk")
+}
+
+/// A venv under the target dir with `requirement` installed from PyPI, made once.
+pub fn python_with(requirement: &str, venv_name: &str) -> PathBuf {
     let _guard = VENV_LOCK
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("py-openai-sdk");
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join(venv_name);
     let python = venv.join("bin/python");
-    let marker = venv.join(format!(".installed-{OPENAI_SDK}"));
+    let marker = venv.join(format!(".installed-{requirement}"));
     if !marker.exists() {
         let status = Command::new("python3")
             .args(["-m", "venv", "--clear"])
@@ -39,11 +44,14 @@ fn python_with_sdk() -> PathBuf {
                 "install",
                 "--quiet",
                 "--disable-pip-version-check",
-                OPENAI_SDK,
+                requirement,
             ])
             .status()
             .expect("pip install");
-        assert!(status.success(), "could not install {OPENAI_SDK} from PyPI");
+        assert!(
+            status.success(),
+            "could not install {requirement} from PyPI"
+        );
         std::fs::write(&marker, "").unwrap();
     }
     python

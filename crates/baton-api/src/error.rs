@@ -219,6 +219,10 @@ impl From<StoreError> for ApiError {
                 code: "CONFLICT",
                 message: err.to_string(),
             },
+            StoreError::InUse { .. } => Self::Conflict {
+                code: "IN_USE",
+                message: err.to_string(),
+            },
             StoreError::VersionActivated(_) => Self::Conflict {
                 code: "VERSION_ACTIVATED",
                 message: err.to_string(),

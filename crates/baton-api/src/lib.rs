@@ -13,6 +13,7 @@ pub mod limits;
 pub mod routes;
 pub mod runlog;
 pub mod state;
+pub mod toolrun;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -117,15 +117,32 @@ impl RunLog {
         response: &InferenceResponse,
         status: RunStatus,
     ) {
+        let served = if response.model.is_empty() {
+            model
+        } else {
+            response.model.as_str()
+        };
+        let cost = self.pricing.cost(provider, served, model, &response.usage);
+        self.settle_priced(provider, model, response, status, cost);
+    }
+
+    /// Like `settle`, with the cost already known (a request of several model calls, each
+    /// priced by the model that served it).
+    fn settle_priced(
+        &mut self,
+        provider: &str,
+        model: &str,
+        response: &InferenceResponse,
+        status: RunStatus,
+        cost: Cost,
+    ) {
         let duration_ms = self.elapsed_ms();
-        let pricing = self.pricing.clone();
         if let Some(record) = self.record.as_mut() {
             let served = if response.model.is_empty() {
                 model
             } else {
                 response.model.as_str()
             };
-            let cost = pricing.cost(provider, served, model, &response.usage);
             record.provider = Some(provider.to_string());
             record.served_model = Some(format!("{provider}/{served}"));
             record.status = status;
@@ -147,6 +164,36 @@ impl RunLog {
 
     pub async fn succeed(mut self, provider: &str, model: &str, response: &InferenceResponse) {
         self.settle(provider, model, response, RunStatus::Succeeded);
+        self.flush().await;
+    }
+
+    /// A request of several model calls: `response` carries their summed usage, `cost` their
+    /// summed cost.
+    pub async fn succeed_priced(
+        mut self,
+        provider: &str,
+        model: &str,
+        response: &InferenceResponse,
+        cost: Cost,
+    ) {
+        self.settle_priced(provider, model, response, RunStatus::Succeeded, cost);
+        self.flush().await;
+    }
+
+    /// A multi-call request that failed after spending `cost` on earlier calls.
+    pub async fn fail_priced(mut self, error: &ApiError, usage: Usage, cost: Cost) {
+        let duration_ms = self.elapsed_ms();
+        if let Some(record) = self.record.as_mut() {
+            record.status = RunStatus::Failed;
+            record.error_code = Some(error.code().to_string());
+            record.error_message = Some(error.to_string());
+            record.duration_ms = duration_ms;
+            record.completed_at = Some(Timestamp::now());
+            record.usage = usage;
+            record.cost_credits = cost.billed.0;
+            record.raw_cost_credits = cost.raw.0;
+            record.pricing_uncertain = cost.pricing_uncertain;
+        }
         self.flush().await;
     }
 
@@ -178,7 +225,8 @@ impl RunLog {
     pub fn record_routing(&mut self, attempts: Vec<Attempt>, fallback_used: bool) {
         if let Some(record) = self.record.as_mut() {
             record.attempts.extend(attempts);
-            record.fallback_used = fallback_used;
+            // Several calls (a tool loop): any fallback marks the run.
+            record.fallback_used |= fallback_used;
         }
     }
 

@@ -10,6 +10,7 @@ use baton_providers::Registry;
 use baton_providers::routing::{Router, RouterConfig, RuleSet};
 use baton_store::Store;
 use baton_store::runs::RunWriter;
+use baton_tools::{GuardPolicy, GuardedClient};
 use moka::future::Cache;
 use secrecy::{ExposeSecret, SecretString};
 
@@ -36,6 +37,11 @@ pub struct ApiConfig {
     pub response_cache_max_bytes: u64,
     /// Circuit breakers of the model router.
     pub router: RouterConfig,
+    /// What the outbound guard lets through (strict unless a debug build relaxes it).
+    pub outbound: GuardPolicy,
+    /// Bound on one tool call (External, MCP).
+    pub tool_call_timeout: Duration,
+    pub tool_connect_timeout: Duration,
 }
 
 impl Default for ApiConfig {
@@ -48,6 +54,9 @@ impl Default for ApiConfig {
             jwt_secret: None,
             response_cache_max_bytes: 256 * 1024 * 1024,
             router: RouterConfig::default(),
+            outbound: GuardPolicy::strict(),
+            tool_call_timeout: Duration::from_secs(30),
+            tool_connect_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -68,6 +77,8 @@ pub struct AppState {
     pub router: Arc<Router>,
     pub responses: ResponseCache,
     pub limiters: TenantLimiters,
+    /// The one client for tenant-supplied destinations (tool hosts, MCP servers).
+    pub outbound: GuardedClient,
     /// Compiled activated versions (immutable) by tenant and version id.
     pub(crate) versions: Cache<String, Arc<CompiledVersion>>,
     pub config: Arc<ApiConfig>,
@@ -116,6 +127,8 @@ impl AppState {
             router: Arc::new(Router::new(providers.clone(), config.router)),
             responses: ResponseCache::new(config.response_cache_max_bytes),
             limiters: TenantLimiters::new(),
+            outbound: GuardedClient::new(config.outbound.clone(), config.tool_connect_timeout)
+                .map_err(|e| ApiError::Internal(e.to_string()))?,
             versions: Cache::builder().max_capacity(10_000).build(),
             rules: Cache::builder()
                 .max_capacity(100_000)

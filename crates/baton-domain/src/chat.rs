@@ -261,6 +261,15 @@ pub struct Usage {
 
 impl Usage {
     /// Streams report usage in pieces; later pieces win where they report a value.
+    /// Adds another call's usage (a request of several model calls).
+    pub fn add(&mut self, other: Usage) {
+        self.tokens_in = self.tokens_in.saturating_add(other.tokens_in);
+        self.tokens_out = self.tokens_out.saturating_add(other.tokens_out);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.web_search_calls = self.web_search_calls.saturating_add(other.web_search_calls);
+    }
+
     pub fn merge(&mut self, other: Usage) {
         let take = |mine: &mut u64, theirs: u64| {
             if theirs > 0 {

@@ -67,6 +67,40 @@ pub struct Attempt {
     pub duration_ms: u64,
 }
 
+/// One tool call of a run, as the log keeps it (SPEC.md "Caller-hosted tools": the endpoint
+/// actually used and where it came from).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct ToolCallRecord {
+    pub call_id: String,
+    pub tool_name: String,
+    /// `External`, `Virtual`, `Agent`, `CritiqueLoop`, `Mcp`; empty for a tool the model made up.
+    pub tool_type: String,
+    /// `succeeded` or `failed`.
+    pub status: String,
+    /// The endpoint called, without query or credentials.
+    pub target_url: Option<String>,
+    /// `tool`, `environment` or `callback`.
+    pub origin_source: Option<String>,
+    pub duration_ms: u64,
+    /// Why the call failed, as the model was told.
+    pub error: Option<String>,
+    /// The model turn (0-based) that asked for the call.
+    pub turn: u32,
+}
+
+/// Something the caller should know about a run that did not fail it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct RunWarning {
+    /// `UNRESOLVED_PARAMETER`, `MAX_TOOL_CALLS_REACHED`, ...
+    pub code: String,
+    pub message: String,
+    pub parameter: Option<String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RunRecord {
@@ -106,6 +140,10 @@ pub struct RunRecord {
     /// Served from the response cache: no provider call, no cost.
     pub was_cached: bool,
     pub attempts: Vec<Attempt>,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub warnings: Vec<RunWarning>,
+    /// The origin of `X-Baton-Callback-Url` (never its token), when the request sent one.
+    pub callback_origin: Option<String>,
     pub is_debug: bool,
     pub created_at: Timestamp,
     pub completed_at: Option<Timestamp>,

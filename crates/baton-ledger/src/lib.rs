@@ -45,6 +45,15 @@ impl Cost {
             ..Cost::default()
         }
     }
+
+    /// The cost of two inferences together (a request of several model calls).
+    pub fn plus(self, other: Cost) -> Cost {
+        Cost {
+            raw: self.raw.saturating_add(other.raw),
+            billed: self.billed.saturating_add(other.billed),
+            pricing_uncertain: self.pricing_uncertain || other.pricing_uncertain,
+        }
+    }
 }
 
 /// `round_half_up(n / d)` for non-negative `n` and positive `d`.

@@ -14,6 +14,7 @@ use secrecy::SecretString;
 use serde::{Deserialize, Serialize};
 
 use baton_providers::routing::{BreakerConfig, RouterConfig};
+use baton_tools::GuardPolicy;
 
 use crate::error::ServerError;
 
@@ -32,6 +33,7 @@ const KNOWN_KEYS: &[&str] = &[
     "auth",
     "routing",
     "cache",
+    "tools",
     "catalogue_path",
     "providers",
 ];
@@ -61,6 +63,12 @@ pub struct Config {
     pub routing: RoutingConfig,
     #[serde(default)]
     pub cache: CacheConfig,
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    /// Exact addresses the outbound guard lets through although they are private (test servers
+    /// on loopback). Not configurable from files or the environment, on purpose.
+    #[serde(skip)]
+    pub outbound_allowed: Vec<SocketAddr>,
     /// A model catalogue file replacing the one shipped with Baton.
     #[serde(default)]
     pub catalogue_path: Option<PathBuf>,
@@ -169,6 +177,26 @@ impl Default for CacheConfig {
     }
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ToolsConfig {
+    /// Bound on one tool call (External, MCP), connection included.
+    pub call_timeout_ms: u64,
+    /// Bound on connecting to a tool host or MCP server.
+    pub connect_timeout_ms: u64,
+}
+
+impl Default for ToolsConfig {
+    fn default() -> Self {
+        let api = ApiConfig::default();
+        Self {
+            call_timeout_ms: u64::try_from(api.tool_call_timeout.as_millis()).unwrap_or(30_000),
+            connect_timeout_ms: u64::try_from(api.tool_connect_timeout.as_millis())
+                .unwrap_or(10_000),
+        }
+    }
+}
+
 fn default_bind() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8080))
 }
@@ -234,6 +262,14 @@ impl Config {
             login_attempts_per_minute: attempts,
             jwt_secret: self.auth.jwt_secret.clone(),
             response_cache_max_bytes: self.cache.response_cache_max_bytes,
+            outbound: self
+                .outbound_allowed
+                .iter()
+                .fold(GuardPolicy::from_env(), |policy, addr| {
+                    policy.allowing(*addr)
+                }),
+            tool_call_timeout: Duration::from_millis(self.tools.call_timeout_ms.max(1)),
+            tool_connect_timeout: Duration::from_millis(self.tools.connect_timeout_ms.max(1)),
             router: RouterConfig {
                 breaker: BreakerConfig {
                     threshold: self.routing.breaker_failure_threshold.max(1),

@@ -15,6 +15,13 @@ pub enum StoreError {
     /// An activated version is read-only: fork it to change it.
     #[error("version '{0}' is activated and read-only: fork it to make changes")]
     VersionActivated(String),
+    /// The row is still referenced (a tool by templates, a server by imported tools).
+    #[error("{resource} '{id}' is still used by {by}")]
+    InUse {
+        resource: &'static str,
+        id: String,
+        by: String,
+    },
     #[error("database configuration: {0}")]
     Config(String),
     /// A stored value could not be decoded (a bug or a hand-edited row).

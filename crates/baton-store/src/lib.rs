@@ -18,6 +18,7 @@ pub mod routing_rules;
 pub mod runs;
 pub mod secrets;
 pub mod tenants;
+pub mod tools;
 pub mod users;
 
 use std::time::Duration;

@@ -9,7 +9,10 @@
 
 pub mod bedrock;
 pub mod gemini;
+pub mod mcp;
 pub mod mock;
 pub mod responses;
+pub mod tool_host;
 
+pub use mcp::MockMcpServer;
 pub use mock::{Answer, CitationReply, MockProvider, Received, Reply, ToolCallReply};

@@ -6,7 +6,8 @@
 //! - resolves names itself and refuses a name if any of its addresses is reserved; the connection
 //!   then goes to the addresses that were checked, so a second lookup (DNS rebinding) cannot
 //!   swap them;
-//! - re-checks every redirect, uses no proxy, and reads bodies up to a cap.
+//! - re-checks every redirect and follows none to another origin (custom headers such as a
+//!   caller's tool token would go along), uses no proxy, and reads bodies up to a cap.
 //!
 //! Relaxed only in a debug build with `BATON_DEV_ALLOW_PRIVATE_NETWORK=1`.
 
@@ -236,9 +237,19 @@ impl GuardedClient {
                 if attempt.previous().len() >= MAX_REDIRECTS {
                     return attempt.error(ToolError::TooManyRedirects(MAX_REDIRECTS));
                 }
-                match redirect_policy.check_url(attempt.url()) {
-                    Ok(()) => attempt.follow(),
-                    Err(err) => attempt.error(err),
+                if let Err(err) = redirect_policy.check_url(attempt.url()) {
+                    return attempt.error(err);
+                }
+                // Custom headers (a caller's tool token, stored API keys) would follow a redirect
+                // to another origin: such a redirect is not followed (the 3xx is the answer).
+                let same_origin = attempt
+                    .previous()
+                    .first()
+                    .is_some_and(|first| first.origin() == attempt.url().origin());
+                if same_origin {
+                    attempt.follow()
+                } else {
+                    attempt.stop()
                 }
             }))
             .build()
@@ -442,13 +453,15 @@ mod tests {
             .await;
             // The redirector stands in for a public host.
             let guarded = client(GuardPolicy::strict().allowing(redirector));
-            let err = get(&guarded, &format!("http://{redirector}/start"))
-                .await
-                .unwrap_err();
-            assert!(
-                matches!(err, ToolError::Forbidden { .. }),
-                "{location}: {err:?}"
-            );
+            // Refused outright (an IP literal), or not followed (another origin): either way the
+            // answer is not the canary's.
+            match get(&guarded, &format!("http://{redirector}/start")).await {
+                Err(err) => assert!(
+                    matches!(err, ToolError::Forbidden { .. }),
+                    "{location}: {err:?}"
+                ),
+                Ok(response) => assert_eq!(response.status(), 302, "{location}"),
+            }
         }
         assert_eq!(canary_connections.load(Ordering::SeqCst), 0);
     }

@@ -2,7 +2,10 @@
 //! through (`guard`); the tool kinds (External, MCP) and the tool loop build on it.
 
 pub mod error;
+pub mod external;
 pub mod guard;
+pub mod mcp;
 
 pub use error::ToolError;
 pub use guard::{GuardPolicy, GuardedClient, is_forbidden, read_capped};
+pub use mcp::{DiscoveredTool, McpEndpoint};

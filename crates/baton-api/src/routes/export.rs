@@ -1,9 +1,12 @@
 //! `GET /api/v1/export` and `POST /api/v1/export/import` (SPEC.md "Export and import"): one JSON
 //! document with every flow (all versions, templates and activations) and the tools.
 
+use std::collections::HashMap;
+
 use axum::extract::State;
 use baton_domain::Timestamp;
 use baton_domain::flow::{ExportDocument, ImportReport, slugify, validate_title};
+use baton_domain::tool::ToolInput;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
@@ -26,12 +29,20 @@ pub async fn export(
         format: FORMAT,
         exported_at: Timestamp::now(),
         flows: state.store.export_flows(&principal.tenant).await?,
-        tools: Vec::new(),
+        tools: state
+            .store
+            .list_tools(&principal.tenant)
+            .await?
+            .into_iter()
+            .map(|tool| serde_json::to_value(tool).unwrap_or_default())
+            .collect(),
     }))
 }
 
 /// Imports a document from `GET /export` (any tenant's). Flows whose slug exists are skipped;
-/// environments the activations name are created. The whole document is checked first.
+/// environments the activations name are created. Tools are matched by name: an existing tool of
+/// that name is used instead; an MCP tool whose server this tenant lacks is skipped. Templates'
+/// `toolIds` are rewritten to this tenant's tool ids. The whole document is checked first.
 #[utoipa::path(post, path = "/api/v1/export/import", tag = "flows", request_body = ExportDocument,
     responses(
         (status = 200, description = "What was created and what was skipped", body = ImportReport),
@@ -78,7 +89,45 @@ pub async fn import(
         }
     }
 
+    let mut tools = Vec::with_capacity(document.tools.len());
+    for (i, raw) in document.tools.iter().enumerate() {
+        let input: ToolInput = serde_json::from_value(raw.clone()).map_err(|e| {
+            ApiError::validation(format!("tools[{i}]"), format!("not a tool record: {e}"))
+        })?;
+        let old_id = raw.get("id").and_then(|v| v.as_str()).map(str::to_string);
+        let tool = input.validate().map_err(|e| {
+            let baton_domain::DomainError::Validation { param, message } = e;
+            ApiError::validation(format!("tools[{i}].{param}"), message)
+        })?;
+        tools.push((old_id, tool));
+    }
+
     let mut report = ImportReport::default();
+    // Old tool id -> this tenant's tool id.
+    let mut tool_ids: HashMap<String, String> = HashMap::new();
+    let existing = state.store.list_tools(&principal.tenant).await?;
+    for (old_id, tool) in tools {
+        let id = if let Some(found) = existing.iter().find(|t| t.name == tool.name) {
+            report.tools_skipped.push(tool.name.clone());
+            Some(found.id.clone())
+        } else if let Some(server) = &tool.config.mcp_server_id
+            && state
+                .store
+                .get_mcp_server(&principal.tenant, server)
+                .await
+                .is_err()
+        {
+            report.tools_skipped.push(tool.name.clone());
+            None
+        } else {
+            let created = state.store.create_tool(&principal.tenant, &tool).await?;
+            report.tools_created.push(created.name);
+            Some(created.id)
+        };
+        if let (Some(old), Some(new)) = (old_id, id) {
+            tool_ids.insert(old, new);
+        }
+    }
     let mut environments: Vec<String> = document
         .flows
         .iter()
@@ -104,9 +153,21 @@ pub async fn import(
     }
     let actor = principal.actor();
     for flow in &document.flows {
+        let mut flow = flow.clone();
+        for template in flow
+            .versions
+            .iter_mut()
+            .flat_map(|v| v.templates.iter_mut())
+        {
+            template.tool_ids = template
+                .tool_ids
+                .iter()
+                .filter_map(|id| tool_ids.get(id).cloned())
+                .collect();
+        }
         if state
             .store
-            .import_flow(&principal.tenant, flow, &actor)
+            .import_flow(&principal.tenant, &flow, &actor)
             .await?
         {
             report.flows_created.push(flow.name.clone());

@@ -13,14 +13,16 @@ use baton_domain::chat::{
     InferenceRequest, InferenceResponse, Message, ResponseFormat, Role, VendorTool,
 };
 use baton_domain::flow::{ExecutionMode, Flow, Template, Version};
-use baton_domain::run::{RunKind, RunRecord};
+use baton_domain::run::{RunKind, RunRecord, RunWarning, ToolCallRecord};
 use baton_domain::tags::{merge_tags, validate_tags};
 use baton_domain::{TenantId, Timestamp};
+use baton_executor::{DEFAULT_MAX_TOOL_ITERATIONS, ToolSet};
 use baton_providers::routing::{ModelSelection, Named};
 use baton_providers::structured::OutputSchema;
 use baton_template::Library;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
 use utoipa::ToSchema;
 
 use crate::auth::Principal;
@@ -34,6 +36,7 @@ use crate::routes::chat_events::{EventOptions, EventStream, StreamEnd, event_str
 use crate::routes::flows::compile;
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
+use crate::toolrun::{self, Callback, SharedEvents, ToolRunInput};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -92,14 +95,6 @@ pub struct RunUsage {
     pub total_cost_usd: f64,
 }
 
-#[derive(Debug, Clone, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct RunWarning {
-    pub code: &'static str,
-    pub message: String,
-    pub parameter: Option<String>,
-}
-
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct FlowRunResponse {
@@ -119,9 +114,8 @@ pub struct FlowRunResponse {
     pub served_model: String,
     pub fallback_used: bool,
     pub usage: RunUsage,
-    /// Tool calls of the run (the tool runtime fills this in).
-    #[schema(value_type = Vec<Object>)]
-    pub tool_calls: Vec<Value>,
+    /// Tool calls of the run, with the endpoint used and where it came from.
+    pub tool_calls: Vec<ToolCallRecord>,
     pub warnings: Vec<RunWarning>,
     pub duration_ms: u64,
 }
@@ -189,7 +183,14 @@ pub async fn run_flow(
     PathParam(flow_ref): PathParam,
     Json(body): Json<FlowRunBody>,
 ) -> ApiResult<Response> {
-    let tags = merge_tags(validate_tags(body.tags, "tags")?, header_tags(&headers)?)?;
+    let mut tags = merge_tags(validate_tags(body.tags, "tags")?, header_tags(&headers)?)?;
+    let callback = Callback::from_headers(&headers)?;
+    if callback.from_debug_header
+        && let Some(origin) = callback.origin()
+    {
+        // The deprecated header marks the run (internal marker tag, not counted in the 20).
+        tags.push(format!("DebugUrl:{origin}"));
+    }
     let customer = customer_of(&headers, body.customer_id.as_deref())?;
     let vendor_tools = body
         .vendor_tools
@@ -261,17 +262,34 @@ pub async fn run_flow(
         .library
         .render(&template_name, &values)
         .map_err(|e| ApiError::validation("parameters", e.to_string()))?;
-    let warnings: Vec<RunWarning> = rendered
+    let mut warnings: Vec<RunWarning> = rendered
         .unresolved
         .iter()
         .map(|name| RunWarning {
-            code: "UNRESOLVED_PARAMETER",
+            code: "UNRESOLVED_PARAMETER".into(),
             message: format!(
                 "[[{name}]] has no value and names no template: it was sent as written"
             ),
             parameter: Some(name.clone()),
         })
         .collect();
+
+    let tool_list = state
+        .store
+        .tools_by_ids(&tenant, &template.tool_ids)
+        .await?;
+    for id in &template.tool_ids {
+        if !tool_list.iter().any(|t| &t.id == id) {
+            warnings.push(RunWarning {
+                code: "TOOL_NOT_FOUND".into(),
+                message: format!(
+                    "tool '{id}' listed in toolIds no longer exists; the run went on without it"
+                ),
+                parameter: Some("toolIds".into()),
+            });
+        }
+    }
+    let tools = ToolSet::new(tool_list);
 
     let schema_value = body
         .response_schema
@@ -293,6 +311,7 @@ pub async fn run_flow(
             format!("template '{template_name}' renders to nothing to send"),
         ));
     }
+    let has_schema = schema_value.is_some();
     let mut request = InferenceRequest {
         messages,
         temperature: template.temperature,
@@ -318,10 +337,14 @@ pub async fn run_flow(
         fallbacks_param: "fallbacks",
         tenant_default: None,
     };
-    let plan = plan_call(
+    let mut plan = plan_call(
         &state, &tenant, &settings, selection, &request, None, timeouts,
     )
     .await?;
+    if !tools.is_empty() {
+        // Each turn's request differs: a whole tool conversation is not a cacheable answer.
+        plan.cache = None;
+    }
 
     let mut log = RunLog::start(
         state.runs.clone(),
@@ -337,11 +360,91 @@ pub async fn run_flow(
         record.tags = tags;
         record.customer_external_id = customer;
         record.is_debug = body.is_debug;
+        record.callback_origin = callback.origin();
+        record.warnings = warnings.clone();
     }
     log.set_request(json!({
         "flowId": flow.id, "versionId": version_id, "templateName": template_name,
         "parameters": values, "request": request,
     }));
+
+    if !tools.is_empty() {
+        let live = body.stream.then(mpsc::unbounded_channel);
+        let (sender, receiver) = match live {
+            Some((sender, receiver)) => (Some(sender), Some(receiver)),
+            None => (None, None),
+        };
+        let input = ToolRunInput {
+            state: state.clone(),
+            tenant: tenant.clone(),
+            plan,
+            request,
+            schema,
+            log,
+            pricing,
+            tools,
+            max_iterations: template
+                .max_tool_calls
+                .unwrap_or(DEFAULT_MAX_TOOL_ITERATIONS),
+            environment: environment.clone(),
+            parameters: values,
+            callback,
+            callback_origins: settings.callback_origins.clone(),
+            events: SharedEvents::new(request_id.0.clone(), sender),
+            earlier_credits: classifier_credits,
+            flow_name: flow.name.clone(),
+        };
+        if let Some(receiver) = receiver {
+            // The run goes on to the end (and is logged) even if the client leaves.
+            tokio::spawn(async move {
+                let _ = toolrun::run(input).await;
+            });
+            return Ok(Sse::new(live_events(receiver)).into_response());
+        }
+        let requested = input.plan.chain.requested.clone();
+        let result = toolrun::run(input).await?;
+        warnings.extend(result.warnings);
+        let response = result.response;
+        let total = result.cost.billed.0.saturating_add(classifier_credits);
+        let json = has_schema
+            .then(|| serde_json::from_str(&response.text).ok())
+            .flatten();
+        let served = if response.model.is_empty() {
+            result.served.model.as_str()
+        } else {
+            response.model.as_str()
+        };
+        return Ok(axum::Json(FlowRunResponse {
+            id: request_id.0,
+            flow_id: flow.id,
+            flow_name: flow.name,
+            version_id,
+            environment,
+            template_name,
+            status: "Succeeded",
+            finish_reason: response.finish_reason.as_openai(),
+            model: requested,
+            served_model: format!("{}/{served}", result.served.provider),
+            fallback_used: result.fallback_used,
+            usage: RunUsage {
+                tokens_in: response.usage.tokens_in,
+                tokens_out: response.usage.tokens_out,
+                reasoning_tokens: response.usage.reasoning_tokens,
+                cost_credits: result.cost.billed.0,
+                cost_usd: result.cost.billed.to_usd(),
+                total_credits_used: total,
+                total_cost_usd: baton_domain::credits::Credits(total).to_usd(),
+            },
+            output: RunOutput {
+                text: response.text,
+                json,
+            },
+            tool_calls: result.tool_calls,
+            warnings,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+        .into_response());
+    }
 
     let primary = plan.chain.primary().cloned();
     let mut call = CallInfo {
@@ -598,4 +701,30 @@ pub async fn get_run(
     Ok(axum::Json(
         state.store.get_run(&principal.tenant, &run).await?,
     ))
+}
+
+/// A live events stream: envelopes as the run emits them, then `[DONE]`.
+fn live_events(
+    receiver: mpsc::UnboundedReceiver<Value>,
+) -> impl futures::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>> + Send
+{
+    use axum::response::sse::Event;
+    let envelopes = futures::stream::unfold(receiver, |mut receiver| async move {
+        let envelope = receiver.recv().await?;
+        let id = envelope
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        Some((
+            Ok(Event::default().id(id).data(envelope.to_string())),
+            receiver,
+        ))
+    });
+    let done = futures::stream::once(async {
+        Ok(Event::default()
+            .id(uuid::Uuid::now_v7().to_string())
+            .data("[DONE]"))
+    });
+    futures::StreamExt::chain(envelopes, done)
 }

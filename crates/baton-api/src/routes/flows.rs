@@ -7,7 +7,7 @@ use baton_domain::flow::{
     ActivateVersion, ExecutionMode, Flow, FlowPatch, NewFlow, Template, TemplateInput, Version,
     validate_title,
 };
-use baton_template::{Field, Library, Parameter, TemplateSource};
+use baton_template::{Field, Library, Parameter, ParameterSource, TemplateSource};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -303,6 +303,26 @@ pub async fn get_template(
         .ok_or_else(|| ApiError::NotFound(format!("template '{name}' not found")))
 }
 
+/// Every id in `toolIds` must name a tool of the same tenant.
+async fn check_tool_ids(
+    state: &AppState,
+    tenant: &baton_domain::TenantId,
+    ids: &[String],
+) -> ApiResult<()> {
+    let found = state.store.tools_by_ids(tenant, ids).await?;
+    if let Some((i, id)) = ids
+        .iter()
+        .enumerate()
+        .find(|(_, id)| !found.iter().any(|t| &t.id == *id))
+    {
+        return Err(ApiError::validation(
+            format!("toolIds[{i}]"),
+            format!("toolIds[{i}] names no tool of this tenant: '{id}'"),
+        ));
+    }
+    Ok(())
+}
+
 /// Creates or replaces a template of a draft (409 `VERSION_ACTIVATED` once activated). The text
 /// is checked: `[[Bad-Name]]` and templates including themselves are refused.
 #[utoipa::path(put, path = "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}", tag = "flows",
@@ -333,6 +353,7 @@ pub async fn put_template(
         baton_providers::structured::OutputSchema::compile(schema)
             .map_err(|e| ApiError::validation("responseSchema", e))?;
     }
+    check_tool_ids(&state, &principal.tenant, &template.tool_ids).await?;
     // The version with this template in place must still compose without a cycle.
     let current = state
         .store
@@ -441,7 +462,7 @@ pub async fn flow_parameters(
         ExecutionMode::Direct => vec![version.entrypoint.as_str()],
     };
     let mut parameters: Vec<Parameter> = Vec::new();
-    for name in names {
+    for name in &names {
         if version.template(name).is_none() {
             continue;
         }
@@ -451,6 +472,33 @@ pub async fn flow_parameters(
         {
             if !parameters.contains(&parameter) {
                 parameters.push(parameter);
+            }
+        }
+    }
+    // External tools' URLs take `[[name]]` from the same request parameters.
+    let tool_ids: Vec<String> = names
+        .iter()
+        .filter_map(|name| version.template(name))
+        .flat_map(|t| t.tool_ids.iter().cloned())
+        .collect();
+    for tool in state
+        .store
+        .tools_by_ids(&principal.tenant, &tool_ids)
+        .await?
+    {
+        let config = &tool.config;
+        let urls = config
+            .web_url
+            .iter()
+            .chain(config.web_urls.values())
+            .chain(config.environment_overrides.values().map(|o| &o.web_url));
+        for url in urls {
+            let found = baton_template::discover(url, ParameterSource::ToolUrl)
+                .map_err(|e| ApiError::validation("webUrl", e.to_string()))?;
+            for parameter in found {
+                if !parameters.iter().any(|p| p.token == parameter.token) {
+                    parameters.push(parameter);
+                }
             }
         }
     }

@@ -10,10 +10,12 @@ pub mod flow_runs;
 pub mod flows;
 pub mod health;
 pub mod inference;
+pub mod mcp_servers;
 pub mod models;
 pub mod openapi;
 pub mod routing_rules;
 pub mod settings;
+pub mod tools;
 
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -77,6 +79,24 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(models::list_providers))
         .routes(routes!(chat::chat_completions))
         .routes(routes!(inference::inference))
+        .routes(routes!(tools::list_tools, tools::create_tool))
+        .routes(routes!(
+            tools::get_tool,
+            tools::update_tool,
+            tools::delete_tool
+        ))
+        .routes(routes!(tools::tool_usage))
+        .routes(routes!(
+            mcp_servers::list_mcp_servers,
+            mcp_servers::create_mcp_server
+        ))
+        .routes(routes!(
+            mcp_servers::get_mcp_server,
+            mcp_servers::update_mcp_server,
+            mcp_servers::delete_mcp_server
+        ))
+        .routes(routes!(mcp_servers::discover_mcp_tools))
+        .routes(routes!(mcp_servers::import_mcp_tools))
         .routes(routes!(
             routing_rules::list_routing_rules,
             routing_rules::create_routing_rule

@@ -40,6 +40,11 @@ pub struct Model {
     pub was_cached: bool,
     /// JSON array of attempts.
     pub attempts: String,
+    /// JSON array of tool call records.
+    pub tool_calls: String,
+    /// JSON array of warnings.
+    pub warnings: String,
+    pub callback_origin: Option<String>,
     pub is_debug: bool,
     pub cancel_requested_at: Option<i64>,
     pub cancelled_at: Option<i64>,

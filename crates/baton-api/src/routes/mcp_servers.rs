@@ -1,0 +1,245 @@
+//! `/api/v1/mcp-servers` (SPEC.md "MCP servers"): register a server, discover its tools, import
+//! them into the tool library. Header values are secrets: responses show them redacted.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use baton_domain::tool::{
+    DiscoveredTool, McpImportInput, McpServer, McpServerInput, Tool, ToolInput, ToolType,
+};
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorResponse};
+use crate::extract::{Json, PathParam};
+use crate::state::AppState;
+
+#[utoipa::path(get, path = "/api/v1/mcp-servers", tag = "mcp-servers",
+    responses(
+        (status = 200, description = "The tenant's MCP servers by name", body = [McpServer]),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn list_mcp_servers(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<axum::Json<Vec<McpServer>>> {
+    let servers = state.store.list_mcp_servers(&principal.tenant).await?;
+    Ok(axum::Json(
+        servers.into_iter().map(McpServer::redacted).collect(),
+    ))
+}
+
+#[utoipa::path(post, path = "/api/v1/mcp-servers", tag = "mcp-servers", request_body = McpServerInput,
+    responses(
+        (status = 201, description = "Registered", body = McpServer),
+        (status = 400, description = "Invalid field", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn create_mcp_server(
+    State(state): State<AppState>,
+    principal: Principal,
+    Json(body): Json<McpServerInput>,
+) -> ApiResult<(StatusCode, axum::Json<McpServer>)> {
+    let server = body.validate()?;
+    let created = state
+        .store
+        .create_mcp_server(&principal.tenant, &server)
+        .await?;
+    Ok((StatusCode::CREATED, axum::Json(created.redacted())))
+}
+
+#[utoipa::path(get, path = "/api/v1/mcp-servers/{id}", tag = "mcp-servers",
+    params(("id" = String, Path, description = "MCP server id")),
+    responses(
+        (status = 200, description = "The server", body = McpServer),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such server", body = ErrorResponse),
+    ))]
+pub async fn get_mcp_server(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<axum::Json<McpServer>> {
+    let server = state.store.get_mcp_server(&principal.tenant, &id).await?;
+    Ok(axum::Json(server.redacted()))
+}
+
+/// Replaces name, URL and headers. A header sent with the redacted value `********` keeps its
+/// stored value; a header left out is removed.
+#[utoipa::path(put, path = "/api/v1/mcp-servers/{id}", tag = "mcp-servers", request_body = McpServerInput,
+    params(("id" = String, Path, description = "MCP server id")),
+    responses(
+        (status = 200, description = "The server after the change", body = McpServer),
+        (status = 400, description = "Invalid field", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such server", body = ErrorResponse),
+    ))]
+pub async fn update_mcp_server(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+    Json(body): Json<McpServerInput>,
+) -> ApiResult<axum::Json<McpServer>> {
+    let server = body.validate()?;
+    let updated = state
+        .store
+        .update_mcp_server(&principal.tenant, &id, &server)
+        .await?;
+    Ok(axum::Json(updated.redacted()))
+}
+
+#[utoipa::path(delete, path = "/api/v1/mcp-servers/{id}", tag = "mcp-servers",
+    params(("id" = String, Path, description = "MCP server id")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such server", body = ErrorResponse),
+        (status = 409, description = "Imported tools still point at it (IN_USE)", body = ErrorResponse),
+    ))]
+pub async fn delete_mcp_server(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<StatusCode> {
+    state
+        .store
+        .delete_mcp_server(&principal.tenant, &id)
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// The server's tools, fetched now: `(server with real headers, its tools)`. A successful
+/// connection is recorded (`discoveredToolCount`, `lastConnectedAt`).
+async fn fetch_tools(
+    state: &AppState,
+    tenant: &baton_domain::TenantId,
+    id: &str,
+) -> ApiResult<(McpServer, Vec<baton_tools::DiscoveredTool>)> {
+    let server = state.store.get_mcp_server(tenant, id).await?;
+    let url = url::Url::parse(&server.url)
+        .map_err(|e| ApiError::Internal(format!("stored MCP server URL: {e}")))?;
+    let endpoint = baton_tools::McpEndpoint {
+        url: &url,
+        headers: &server.headers,
+    };
+    let tools =
+        baton_tools::mcp::discover(&state.outbound, endpoint, state.config.tool_call_timeout)
+            .await
+            .map_err(|e| ApiError::Status {
+                status: axum::http::StatusCode::BAD_GATEWAY,
+                code: "MCP_SERVER_ERROR",
+                message: format!("MCP server '{}' could not be listed: {e}", server.name),
+            })?;
+    let server = state
+        .store
+        .record_mcp_discovery(tenant, id, tools.len())
+        .await?;
+    Ok((server, tools))
+}
+
+/// Connects to the server (through the outbound guard, with its headers) and lists its tools.
+#[utoipa::path(post, path = "/api/v1/mcp-servers/{id}/discover", tag = "mcp-servers",
+    params(("id" = String, Path, description = "MCP server id")),
+    responses(
+        (status = 200, description = "The server's tools, each marked when already imported", body = [DiscoveredTool]),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such server", body = ErrorResponse),
+        (status = 502, description = "The server could not be reached or refused (MCP_SERVER_ERROR)", body = ErrorResponse),
+    ))]
+pub async fn discover_mcp_tools(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<axum::Json<Vec<DiscoveredTool>>> {
+    let (_, tools) = fetch_tools(&state, &principal.tenant, &id).await?;
+    let library = state.store.list_tools(&principal.tenant).await?;
+    let imported = |name: &str| {
+        library
+            .iter()
+            .any(|t| t.name == name && t.config.mcp_server_id.as_deref() == Some(id.as_str()))
+    };
+    Ok(axum::Json(
+        tools
+            .into_iter()
+            .map(|t| DiscoveredTool {
+                already_imported: imported(&t.name),
+                name: t.name,
+                description: t.description,
+                input_schema: t.input_schema,
+            })
+            .collect(),
+    ))
+}
+
+/// Imports the named tools into the library as `Mcp` tools (`mcpServerId`, `rawInputSchema`,
+/// converted `parameters`). A tool imported before from this server is refreshed.
+#[utoipa::path(post, path = "/api/v1/mcp-servers/{id}/import", tag = "mcp-servers",
+    request_body = McpImportInput,
+    params(("id" = String, Path, description = "MCP server id")),
+    responses(
+        (status = 200, description = "The imported tools", body = [Tool]),
+        (status = 400, description = "A name the server does not offer, or not usable as a tool name", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such server", body = ErrorResponse),
+        (status = 409, description = "A tool of that name exists that is not from this server", body = ErrorResponse),
+        (status = 502, description = "The server could not be reached (MCP_SERVER_ERROR)", body = ErrorResponse),
+    ))]
+pub async fn import_mcp_tools(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+    Json(body): Json<McpImportInput>,
+) -> ApiResult<axum::Json<Vec<Tool>>> {
+    let tenant = &principal.tenant;
+    if body.tool_names.is_empty() {
+        return Err(ApiError::validation(
+            "toolNames",
+            "toolNames must name at least one tool",
+        ));
+    }
+    // Load before connecting: an unknown server is a 404 without a network call.
+    state.store.get_mcp_server(tenant, &id).await?;
+    let (_, offered) = fetch_tools(&state, tenant, &id).await?;
+    let mut chosen = Vec::with_capacity(body.tool_names.len());
+    for (i, name) in body.tool_names.iter().enumerate() {
+        let param = format!("toolNames[{i}]");
+        let tool = offered.iter().find(|t| &t.name == name).ok_or_else(|| {
+            ApiError::validation(
+                param.clone(),
+                format!("the MCP server offers no tool named '{name}'"),
+            )
+        })?;
+        let input = ToolInput {
+            name: name.clone(),
+            description: tool.description.clone(),
+            tool_type: Some(ToolType::Mcp.as_str().to_string()),
+            mcp_server_id: Some(id.clone()),
+            raw_input_schema: Some(tool.input_schema.clone()),
+            ..ToolInput::default()
+        };
+        let valid = input.validate().map_err(|e| {
+            let baton_domain::DomainError::Validation { message, .. } = e;
+            ApiError::validation(param.clone(), message)
+        })?;
+        chosen.push(valid);
+    }
+    let library = state.store.list_tools(tenant).await?;
+    let mut imported = Vec::with_capacity(chosen.len());
+    for tool in chosen {
+        let saved = match library.iter().find(|t| t.name == tool.name) {
+            Some(existing) if existing.config.mcp_server_id.as_deref() == Some(id.as_str()) => {
+                state.store.update_tool(tenant, &existing.id, &tool).await?
+            }
+            Some(_) => {
+                return Err(ApiError::Conflict {
+                    code: "ALREADY_EXISTS",
+                    message: format!(
+                        "a tool named '{}' already exists and does not come from this server",
+                        tool.name
+                    ),
+                });
+            }
+            None => state.store.create_tool(tenant, &tool).await?,
+        };
+        imported.push(saved);
+    }
+    Ok(axum::Json(imported))
+}

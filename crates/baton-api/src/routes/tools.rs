@@ -1,0 +1,183 @@
+//! `/api/v1/tools`: the tenant's tool library (SPEC.md "Tool", "Tools"), and which flows use a
+//! tool.
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use baton_domain::TenantId;
+use baton_domain::tool::{Tool, ToolInput, ToolUsage, ValidTool};
+use baton_store::StoreError;
+
+use crate::auth::Principal;
+use crate::error::{ApiError, ApiResult, ErrorResponse};
+use crate::extract::{Json, PathParam};
+use crate::state::AppState;
+
+/// The fields that name other records must name the tenant's own.
+async fn check_references(state: &AppState, tenant: &TenantId, tool: &ValidTool) -> ApiResult<()> {
+    let config = &tool.config;
+    let flows = [
+        ("agentTemplateId", &config.agent_template_id),
+        ("producerFlowId", &config.producer_flow_id),
+        ("criticFlowId", &config.critic_flow_id),
+    ];
+    for (param, flow) in flows {
+        if let Some(flow) = flow {
+            match state.store.get_flow(tenant, flow).await {
+                Ok(_) => {}
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(ApiError::validation(
+                        param,
+                        format!("{param} names no flow of this tenant: '{flow}'"),
+                    ));
+                }
+                Err(other) => return Err(other.into()),
+            }
+        }
+    }
+    if let Some(server) = &config.mcp_server_id {
+        match state.store.get_mcp_server(tenant, server).await {
+            Ok(_) => {}
+            Err(StoreError::NotFound { .. }) => {
+                return Err(ApiError::validation(
+                    "mcpServerId",
+                    format!("mcpServerId names no MCP server of this tenant: '{server}'"),
+                ));
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+    Ok(())
+}
+
+async fn validate(state: &AppState, tenant: &TenantId, body: ToolInput) -> ApiResult<ValidTool> {
+    let tool = body.validate()?;
+    let config = &tool.config;
+    let urls = config
+        .web_url
+        .iter()
+        .map(|u| ("webUrl".to_string(), u))
+        .chain(
+            config
+                .web_urls
+                .iter()
+                .map(|(e, u)| (format!("webUrls.{e}"), u)),
+        )
+        .chain(
+            config
+                .environment_overrides
+                .iter()
+                .map(|(e, o)| (format!("environmentOverrides.{e}.webUrl"), &o.web_url)),
+        );
+    for (param, url) in urls {
+        baton_template::discover(url, baton_template::ParameterSource::ToolUrl)
+            .map_err(|e| ApiError::validation(param, e.to_string()))?;
+    }
+    check_references(state, tenant, &tool).await?;
+    Ok(tool)
+}
+
+#[utoipa::path(get, path = "/api/v1/tools", tag = "tools",
+    responses(
+        (status = 200, description = "The tenant's tools by name", body = [Tool]),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn list_tools(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> ApiResult<axum::Json<Vec<Tool>>> {
+    Ok(axum::Json(state.store.list_tools(&principal.tenant).await?))
+}
+
+#[utoipa::path(post, path = "/api/v1/tools", tag = "tools", request_body = ToolInput,
+    responses(
+        (status = 201, description = "Created", body = Tool),
+        (status = 400, description = "Invalid field", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 409, description = "The name is taken", body = ErrorResponse),
+    ))]
+pub async fn create_tool(
+    State(state): State<AppState>,
+    principal: Principal,
+    Json(body): Json<ToolInput>,
+) -> ApiResult<(StatusCode, axum::Json<Tool>)> {
+    let tool = validate(&state, &principal.tenant, body).await?;
+    let created = state.store.create_tool(&principal.tenant, &tool).await?;
+    Ok((StatusCode::CREATED, axum::Json(created)))
+}
+
+#[utoipa::path(get, path = "/api/v1/tools/{id}", tag = "tools",
+    params(("id" = String, Path, description = "Tool id")),
+    responses(
+        (status = 200, description = "The tool", body = Tool),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such tool", body = ErrorResponse),
+    ))]
+pub async fn get_tool(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<axum::Json<Tool>> {
+    Ok(axum::Json(
+        state.store.get_tool(&principal.tenant, &id).await?,
+    ))
+}
+
+/// Replaces the tool: every field as in a create.
+#[utoipa::path(put, path = "/api/v1/tools/{id}", tag = "tools", request_body = ToolInput,
+    params(("id" = String, Path, description = "Tool id")),
+    responses(
+        (status = 200, description = "The tool after the change", body = Tool),
+        (status = 400, description = "Invalid field", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such tool", body = ErrorResponse),
+        (status = 409, description = "The name is taken", body = ErrorResponse),
+    ))]
+pub async fn update_tool(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+    Json(body): Json<ToolInput>,
+) -> ApiResult<axum::Json<Tool>> {
+    state.store.get_tool(&principal.tenant, &id).await?;
+    let tool = validate(&state, &principal.tenant, body).await?;
+    let updated = state
+        .store
+        .update_tool(&principal.tenant, &id, &tool)
+        .await?;
+    Ok(axum::Json(updated))
+}
+
+#[utoipa::path(delete, path = "/api/v1/tools/{id}", tag = "tools",
+    params(("id" = String, Path, description = "Tool id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such tool", body = ErrorResponse),
+        (status = 409, description = "Templates of live flows still list the tool (IN_USE)", body = ErrorResponse),
+    ))]
+pub async fn delete_tool(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<StatusCode> {
+    state.store.delete_tool(&principal.tenant, &id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[utoipa::path(get, path = "/api/v1/tools/{id}/usage", tag = "tools",
+    params(("id" = String, Path, description = "Tool id")),
+    responses(
+        (status = 200, description = "Flow versions whose templates list the tool", body = [ToolUsage]),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such tool", body = ErrorResponse),
+    ))]
+pub async fn tool_usage(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(id): PathParam,
+) -> ApiResult<axum::Json<Vec<ToolUsage>>> {
+    state.store.get_tool(&principal.tenant, &id).await?;
+    Ok(axum::Json(
+        state.store.tool_usage(&principal.tenant, &id).await?,
+    ))
+}

@@ -1,0 +1,449 @@
+//! A flow run whose template has tools: the executor's loop (`baton_executor`) with the model
+//! calls going through the gateway (routing, logging, pricing per call) and every step reported
+//! as events, stored with the run and, for a stream, sent as they happen.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use axum::http::HeaderMap;
+use baton_domain::TenantId;
+use baton_domain::chat::{InferenceRequest, InferenceResponse, ToolCall, Usage};
+use baton_domain::origin::CallbackOrigin;
+use baton_domain::run::{RunWarning, ToolCallRecord};
+use baton_domain::tool::McpServer;
+use baton_executor::{Dispatcher, LoopFailure, McpDirectory, ModelTurns, ToolEvents, ToolSet};
+use baton_ledger::Cost;
+use baton_providers::routing::ChainModel;
+use baton_providers::structured::OutputSchema;
+use baton_store::Store;
+use baton_tools::external::CallContext;
+use serde_json::{Map, Value, json};
+use tokio::sync::mpsc;
+use url::Url;
+
+use crate::error::{ApiError, ApiResult};
+use crate::events::EventLog;
+use crate::gateway::{CallPlan, answer};
+use crate::runlog::{Pricing, RunLog};
+use crate::state::AppState;
+
+/// Characters of a tool result shown in `resultPreview`.
+const PREVIEW_CHARS: usize = 200;
+
+/// What the caller sent for caller-hosted tools (SPEC.md "Custom request headers").
+#[derive(Default)]
+pub struct Callback {
+    pub url: Option<Url>,
+    /// Held for the run only: never stored, never logged.
+    pub token: Option<String>,
+    /// The URL came from the deprecated `X-Baton-Debug-Url`.
+    pub from_debug_header: bool,
+}
+
+impl Callback {
+    pub fn from_headers(headers: &HeaderMap) -> ApiResult<Callback> {
+        let text = |name: &'static str| -> ApiResult<Option<String>> {
+            headers
+                .get(name)
+                .map(|v| {
+                    v.to_str().map(|s| s.trim().to_string()).map_err(|_| {
+                        ApiError::validation(name, format!("{name} must be ASCII text"))
+                    })
+                })
+                .transpose()
+        };
+        let (raw, param, from_debug_header) =
+            match (text("X-Baton-Callback-Url")?, text("X-Baton-Debug-Url")?) {
+                (Some(url), _) => (Some(url), "X-Baton-Callback-Url", false),
+                (None, Some(url)) => (Some(url), "X-Baton-Debug-Url", true),
+                (None, None) => (None, "X-Baton-Callback-Url", false),
+            };
+        let url = raw
+            .filter(|u| !u.is_empty())
+            .map(|raw| {
+                Url::parse(&raw)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                    .ok_or_else(|| {
+                        ApiError::validation(
+                            param,
+                            format!("{param} must be an absolute http(s) URL"),
+                        )
+                    })
+            })
+            .transpose()?;
+        Ok(Callback {
+            url,
+            token: text("X-Baton-Callback-Token")?.filter(|t| !t.is_empty()),
+            from_debug_header,
+        })
+    }
+
+    /// `scheme://host[:port]`, what the log keeps of the callback URL.
+    pub fn origin(&self) -> Option<String> {
+        self.url.as_ref().map(|u| u.origin().ascii_serialization())
+    }
+}
+
+/// The tenant's MCP servers, read when a call needs one.
+struct StoreMcp {
+    store: Store,
+    tenant: TenantId,
+}
+
+#[async_trait]
+impl McpDirectory for StoreMcp {
+    async fn server(&self, id: &str) -> Option<McpServer> {
+        self.store.get_mcp_server(&self.tenant, id).await.ok()
+    }
+}
+
+/// The run's events: kept for the log, and sent live to a stream when there is one.
+struct RunEvents {
+    log: EventLog,
+    live: Option<mpsc::UnboundedSender<Value>>,
+}
+
+#[derive(Clone)]
+pub struct SharedEvents(Arc<Mutex<RunEvents>>);
+
+impl SharedEvents {
+    pub fn new(request_id: String, live: Option<mpsc::UnboundedSender<Value>>) -> SharedEvents {
+        SharedEvents(Arc::new(Mutex::new(RunEvents {
+            log: EventLog::new(request_id),
+            live,
+        })))
+    }
+
+    pub fn emit(&self, event_type: &str, data: Value) {
+        let mut events = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let envelope = events.log.emit(event_type, data);
+        if let Some(live) = &events.live {
+            // A gone client must not stop the run: it is finished and logged anyway.
+            let _ = live.send(envelope);
+        }
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .log
+            .elapsed_ms()
+    }
+
+    pub fn take_stored(&self) -> Vec<baton_domain::run::StoredEvent> {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .log
+            .take_stored()
+    }
+
+    /// Ends the live stream (the sender is dropped).
+    pub fn close(&self) {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).live = None;
+    }
+}
+
+fn preview(text: &str) -> String {
+    match text.char_indices().nth(PREVIEW_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+impl ToolEvents for SharedEvents {
+    fn tool_started(
+        &mut self,
+        call: &ToolCall,
+        arguments: &Map<String, Value>,
+        record: &ToolCallRecord,
+    ) {
+        self.emit(
+            "toolStarted",
+            json!({"toolName": call.name, "toolType": record.tool_type, "callId": call.id,
+                   "arguments": arguments, "targetUrl": record.target_url,
+                   "originSource": record.origin_source}),
+        );
+    }
+
+    fn tool_finished(&mut self, record: &ToolCallRecord, output: &str) {
+        let event = if record.status == "succeeded" {
+            "toolCompleted"
+        } else {
+            "toolFailed"
+        };
+        self.emit(
+            event,
+            json!({"toolName": record.tool_name, "toolType": record.tool_type,
+                   "callId": record.call_id, "durationMs": record.duration_ms,
+                   "status": record.status, "resultPreview": preview(output),
+                   "resultSize": output.len(), "targetUrl": record.target_url,
+                   "originSource": record.origin_source}),
+        );
+    }
+}
+
+/// Model calls of the loop: each through the gateway, priced by the model that served it.
+struct GatewayTurns<'a> {
+    state: &'a AppState,
+    tenant: &'a TenantId,
+    plan: &'a CallPlan,
+    schema: Option<&'a OutputSchema>,
+    log: &'a mut RunLog,
+    pricing: &'a Pricing,
+    events: SharedEvents,
+    tool_count: usize,
+    cost: Cost,
+    usage: Usage,
+    served: Option<ChainModel>,
+    failed_model: Option<ChainModel>,
+}
+
+#[async_trait]
+impl ModelTurns for GatewayTurns<'_> {
+    type Error = ApiError;
+
+    async fn call(
+        &mut self,
+        request: &mut InferenceRequest,
+    ) -> Result<InferenceResponse, ApiError> {
+        let inference_id = uuid::Uuid::now_v7().to_string();
+        let planned = self.plan.chain.primary();
+        self.events.emit(
+            "agentInferenceStarted",
+            json!({"inferenceRequestId": inference_id,
+                   "model": planned.map(|m| m.model.as_str()), "provider": planned.map(|m| m.provider.as_str()),
+                   "messageCount": request.messages.len(), "hasTools": self.tool_count > 0,
+                   "toolCount": self.tool_count}),
+        );
+        let started = Instant::now();
+        match answer(
+            self.state,
+            self.tenant,
+            self.plan,
+            request,
+            self.schema,
+            self.log,
+        )
+        .await
+        {
+            Ok(answer) => {
+                let response = answer.value;
+                let served = if response.model.is_empty() {
+                    answer.model.model.as_str()
+                } else {
+                    response.model.as_str()
+                };
+                let cost = self.pricing.cost(
+                    &answer.model.provider,
+                    served,
+                    &answer.model.model,
+                    &response.usage,
+                );
+                self.cost = self.cost.plus(cost);
+                self.usage.add(response.usage);
+                self.events.emit(
+                    "agentInferenceCompleted",
+                    json!({"inferenceRequestId": inference_id, "model": answer.model.model,
+                           "provider": answer.model.provider,
+                           "durationMs": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                           "usage": {"tokensIn": response.usage.tokens_in, "tokensOut": response.usage.tokens_out,
+                                     "reasoningTokens": response.usage.reasoning_tokens,
+                                     "costCredits": cost.billed.0, "costUsd": cost.billed.to_usd()},
+                           "finishReason": response.finish_reason.as_openai(),
+                           "toolCallCount": response.tool_calls.len(),
+                           "wasCached": false, "wasFallback": answer.fallback_used}),
+                );
+                self.events.emit(
+                    "usageUpdate",
+                    json!({"cumulativeCreditsUsed": self.cost.billed.0,
+                           "cumulativeCostUsd": self.cost.billed.to_usd(),
+                           "cumulativeTokensIn": self.usage.tokens_in,
+                           "cumulativeTokensOut": self.usage.tokens_out,
+                           "activeAgents": 1, "completedAgents": 0,
+                           "elapsedMs": self.events.elapsed_ms()}),
+                );
+                self.served = Some(answer.model);
+                Ok(response)
+            }
+            Err(failure) => {
+                if let Some(model) = &failure.model {
+                    let cost = self.pricing.cost(
+                        &model.provider,
+                        &model.model,
+                        &model.model,
+                        &failure.spent,
+                    );
+                    self.cost = self.cost.plus(cost);
+                }
+                self.usage.add(failure.spent);
+                self.failed_model = failure.model;
+                Err(failure.error)
+            }
+        }
+    }
+}
+
+/// What a flow run with tools needs, owned so a stream can run it on its own task.
+pub struct ToolRunInput {
+    pub state: AppState,
+    pub tenant: TenantId,
+    pub plan: CallPlan,
+    pub request: InferenceRequest,
+    pub schema: Option<OutputSchema>,
+    pub log: RunLog,
+    pub pricing: Pricing,
+    pub tools: ToolSet,
+    pub max_iterations: u32,
+    pub environment: String,
+    pub parameters: std::collections::HashMap<String, String>,
+    pub callback: Callback,
+    pub callback_origins: Vec<CallbackOrigin>,
+    pub events: SharedEvents,
+    /// Credits spent before the loop (the Route classifier), part of the request's total.
+    pub earlier_credits: i64,
+    pub flow_name: String,
+}
+
+/// A finished tool run, for the flow run response.
+pub struct ToolRunResult {
+    pub response: InferenceResponse,
+    pub served: ChainModel,
+    pub fallback_used: bool,
+    pub cost: Cost,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub warnings: Vec<RunWarning>,
+}
+
+/// Runs the loop, logs the run (with its tool calls and events) and emits the closing events.
+pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
+    let ToolRunInput {
+        state,
+        tenant,
+        plan,
+        mut request,
+        schema,
+        mut log,
+        pricing,
+        tools,
+        max_iterations,
+        environment,
+        parameters,
+        callback,
+        callback_origins,
+        events,
+        earlier_credits,
+        flow_name,
+    } = input;
+    events.emit(
+        "requestStarted",
+        json!({"flowName": flow_name, "contextId": Value::Null, "model": plan.chain.requested,
+               "hasTools": true, "toolCount": tools.definitions().len() + tools.vendor_tools().len()}),
+    );
+    let mcp = StoreMcp {
+        store: state.store.clone(),
+        tenant: tenant.clone(),
+    };
+    let dispatcher = Dispatcher {
+        client: &state.outbound,
+        context: CallContext {
+            environment: Some(environment.as_str()),
+            parameters: &parameters,
+            callback_url: callback.url.as_ref(),
+            callback_token: callback.token.as_deref(),
+            callback_origins: &callback_origins,
+        },
+        mcp: &mcp,
+        timeout: state.config.tool_call_timeout,
+    };
+    let mut observer = events.clone();
+    let mut turns = GatewayTurns {
+        state: &state,
+        tenant: &tenant,
+        plan: &plan,
+        schema: schema.as_ref(),
+        log: &mut log,
+        pricing: &pricing,
+        events: events.clone(),
+        tool_count: tools.definitions().len(),
+        cost: Cost::default(),
+        usage: Usage::default(),
+        served: None,
+        failed_model: None,
+    };
+    let outcome = baton_executor::run_tool_loop(
+        &mut turns,
+        &mut request,
+        &tools,
+        &dispatcher,
+        &mut observer,
+        max_iterations,
+    )
+    .await;
+    let (cost, served) = (turns.cost, turns.served.take());
+    let failed_model = turns.failed_model.take();
+    let fallback_used = log.record_mut().is_some_and(|r| r.fallback_used);
+    match outcome {
+        Ok(outcome) => {
+            let total = cost.billed.0.saturating_add(earlier_credits);
+            events.emit(
+                "requestCompleted",
+                json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
+                       "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
+                       "totalTokensIn": outcome.response.usage.tokens_in,
+                       "totalTokensOut": outcome.response.usage.tokens_out,
+                       "totalInferenceCount": outcome.inferences,
+                       "totalToolCalls": outcome.tool_calls.len(), "totalAgentSpawns": 0,
+                       "maxDepthReached": 0,
+                       "result": {"textResponse": outcome.response.text}}),
+            );
+            let served = served
+                .or_else(|| plan.chain.primary().cloned())
+                .unwrap_or_else(|| ChainModel {
+                    provider: String::new(),
+                    model: String::new(),
+                });
+            if let Some(record) = log.record_mut() {
+                record.tool_calls = outcome.tool_calls.clone();
+                record.warnings.extend(outcome.warnings.iter().cloned());
+            }
+            log.attach_events(events.take_stored());
+            log.succeed_priced(&served.provider, &served.model, &outcome.response, cost)
+                .await;
+            events.close();
+            Ok(ToolRunResult {
+                response: outcome.response,
+                served,
+                fallback_used,
+                cost,
+                tool_calls: outcome.tool_calls,
+                warnings: outcome.warnings,
+            })
+        }
+        Err(LoopFailure {
+            error,
+            usage,
+            tool_calls,
+        }) => {
+            let (code, message) = (error.code(), error.to_string());
+            events.emit(
+                "error",
+                json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
+            );
+            events.emit("requestFailed", json!({"code": code, "message": message}));
+            if let Some(record) = log.record_mut() {
+                record.tool_calls = tool_calls;
+                if let Some(model) = &failed_model {
+                    record.provider = Some(model.provider.clone());
+                }
+            }
+            log.attach_events(events.take_stored());
+            log.fail_priced(&error, usage, cost).await;
+            events.close();
+            Err(error)
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! One tool call, by tool type. External tools are HTTP GETs to the bound endpoint; MCP tools
+//! go to their registered server; both through the outbound guard. Virtual tools never reach
+//! here (the provider runs them); Agent and CritiqueLoop tools run sub-flows, which this
+//! executor does not do yet, so their calls fail with a message saying so.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use baton_domain::tool::{McpServer, Tool, ToolType};
+use baton_tools::external::{CallContext, OriginSource, call_external, select_endpoint};
+use baton_tools::guard::redact;
+use baton_tools::{GuardedClient, McpEndpoint};
+use serde_json::{Map, Value};
+
+/// SPEC.md "Limits": a tool's response reaches the model up to 1 MB.
+pub const MAX_TOOL_RESPONSE_BYTES: usize = 1024 * 1024;
+
+/// Finds a tenant's MCP servers (the store implements it).
+#[async_trait]
+pub trait McpDirectory: Send + Sync {
+    async fn server(&self, id: &str) -> Option<McpServer>;
+}
+
+/// What one call produced, with where it went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutcome {
+    /// The text for the model, or why the call failed (also for the model).
+    pub result: Result<String, String>,
+    /// The endpoint called, without query or credentials.
+    pub target_url: Option<String>,
+    pub origin_source: Option<OriginSource>,
+}
+
+impl ToolOutcome {
+    fn failed(message: impl Into<String>) -> ToolOutcome {
+        ToolOutcome {
+            result: Err(message.into()),
+            target_url: None,
+            origin_source: None,
+        }
+    }
+}
+
+/// Everything a run's tool calls share.
+pub struct Dispatcher<'a> {
+    pub client: &'a GuardedClient,
+    pub context: CallContext<'a>,
+    pub mcp: &'a dyn McpDirectory,
+    pub timeout: Duration,
+}
+
+impl Dispatcher<'_> {
+    /// Where a call would go, for `toolStarted` (External: the bound endpoint; MCP: the
+    /// server). `None` when it cannot be bound; the call then fails with the reason.
+    pub async fn target(&self, tool: &Tool) -> Option<(Option<String>, Option<OriginSource>)> {
+        match tool.tool_type {
+            ToolType::External => select_endpoint(tool, &self.context)
+                .ok()
+                .map(|e| (Some(redact(&e.url)), Some(e.origin_source))),
+            ToolType::Mcp => {
+                let id = tool.config.mcp_server_id.as_deref()?;
+                let server = self.mcp.server(id).await?;
+                let url = url::Url::parse(&server.url).ok()?;
+                Some((Some(redact(&url)), Some(OriginSource::Tool)))
+            }
+            _ => Some((None, None)),
+        }
+    }
+
+    pub async fn call(&self, tool: &Tool, arguments: Map<String, Value>) -> ToolOutcome {
+        match tool.tool_type {
+            ToolType::External => {
+                let outcome = call_external(
+                    self.client,
+                    tool,
+                    &self.context,
+                    &arguments,
+                    self.timeout,
+                    MAX_TOOL_RESPONSE_BYTES,
+                )
+                .await;
+                ToolOutcome {
+                    result: outcome.result.map_err(|e| e.to_string()),
+                    target_url: outcome.target_url,
+                    origin_source: Some(outcome.origin_source),
+                }
+            }
+            ToolType::Mcp => self.call_mcp(tool, arguments).await,
+            ToolType::Virtual => ToolOutcome::failed(format!(
+                "'{}' is run by the model provider itself and cannot be called as a function",
+                tool.name
+            )),
+            ToolType::Agent | ToolType::CritiqueLoop => ToolOutcome::failed(format!(
+                "'{}' is a {} tool; sub-agent execution is not available in this version of Baton",
+                tool.name,
+                tool.tool_type.as_str()
+            )),
+        }
+    }
+
+    async fn call_mcp(&self, tool: &Tool, arguments: Map<String, Value>) -> ToolOutcome {
+        let Some(id) = tool.config.mcp_server_id.as_deref() else {
+            return ToolOutcome::failed(format!("MCP tool '{}' names no server", tool.name));
+        };
+        let Some(server) = self.mcp.server(id).await else {
+            return ToolOutcome::failed(format!(
+                "the MCP server of tool '{}' is no longer registered",
+                tool.name
+            ));
+        };
+        let url = match url::Url::parse(&server.url) {
+            Ok(url) => url,
+            Err(e) => return ToolOutcome::failed(format!("the MCP server URL is invalid: {e}")),
+        };
+        let target_url = Some(redact(&url));
+        let endpoint = McpEndpoint {
+            url: &url,
+            headers: &server.headers,
+        };
+        let result = baton_tools::mcp::call_tool(
+            self.client,
+            endpoint,
+            &tool.name,
+            arguments,
+            self.timeout,
+            MAX_TOOL_RESPONSE_BYTES,
+        )
+        .await
+        .map_err(|e| format!("MCP server '{}': {e}", server.name));
+        ToolOutcome {
+            result,
+            target_url,
+            origin_source: Some(OriginSource::Tool),
+        }
+    }
+}

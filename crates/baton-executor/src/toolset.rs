@@ -1,0 +1,173 @@
+//! The tools of one run: what providers are told, and how arguments are checked.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use baton_domain::chat::{ToolDefinition, VendorTool};
+use baton_domain::tool::{Tool, ToolType};
+use serde_json::{Map, Value};
+
+struct Entry {
+    tool: Arc<Tool>,
+    /// `None` when the schema itself could not be compiled: arguments then pass unchecked.
+    validator: Option<jsonschema::Validator>,
+}
+
+/// A template's tools: function definitions for the model, provider-native (Virtual) tools, and
+/// a validator per function.
+#[derive(Default)]
+pub struct ToolSet {
+    entries: HashMap<String, Entry>,
+    definitions: Vec<ToolDefinition>,
+    vendor: Vec<VendorTool>,
+}
+
+impl ToolSet {
+    pub fn new(tools: impl IntoIterator<Item = Tool>) -> ToolSet {
+        let mut set = ToolSet::default();
+        for tool in tools {
+            if tool.tool_type == ToolType::Virtual {
+                if let Some(vendor) = tool.config.virtual_tool_id
+                    && !set.vendor.contains(&vendor)
+                {
+                    set.vendor.push(vendor);
+                }
+                continue;
+            }
+            if set.entries.contains_key(&tool.name) {
+                continue;
+            }
+            let schema = tool.json_schema();
+            // No remote `$ref` resolution: the workspace builds jsonschema without resolvers.
+            let validator = match jsonschema::validator_for(&schema) {
+                Ok(validator) => Some(validator),
+                Err(error) => {
+                    tracing::warn!(tool = %tool.name, %error, "tool schema does not compile; arguments go unchecked");
+                    None
+                }
+            };
+            set.definitions.push(ToolDefinition {
+                name: tool.name.clone(),
+                description: tool.description.clone(),
+                parameters: schema,
+                strict: None,
+            });
+            set.entries.insert(
+                tool.name.clone(),
+                Entry {
+                    tool: Arc::new(tool),
+                    validator,
+                },
+            );
+        }
+        set
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.definitions.is_empty() && self.vendor.is_empty()
+    }
+
+    /// Function tools, for the request's `tools`.
+    pub fn definitions(&self) -> &[ToolDefinition] {
+        &self.definitions
+    }
+
+    /// Provider-native tools, for the request's `vendor_tools`.
+    pub fn vendor_tools(&self) -> &[VendorTool] {
+        &self.vendor
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
+        self.entries.get(name).map(|e| &e.tool)
+    }
+
+    /// The model's arguments as an object, checked against the tool's schema. The error says
+    /// what is wrong in words the model can act on.
+    pub fn check_arguments(&self, name: &str, raw: &str) -> Result<Map<String, Value>, String> {
+        let entry = self
+            .entries
+            .get(name)
+            .ok_or_else(|| format!("there is no tool named '{name}'"))?;
+        let value: Value = if raw.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            serde_json::from_str(raw)
+                .map_err(|e| format!("the arguments are not valid JSON: {e}"))?
+        };
+        let Value::Object(arguments) = value else {
+            return Err("the arguments must be a JSON object".into());
+        };
+        if let Some(validator) = &entry.validator {
+            let instance = Value::Object(arguments);
+            let problems: Vec<String> = validator
+                .iter_errors(&instance)
+                .take(5)
+                .map(|e| {
+                    let at = e.instance_path().to_string();
+                    if at.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{at}: {e}")
+                    }
+                })
+                .collect();
+            if !problems.is_empty() {
+                return Err(format!(
+                    "invalid arguments for '{name}': {}",
+                    problems.join("; ")
+                ));
+            }
+            let Value::Object(arguments) = instance else {
+                return Err("the arguments must be a JSON object".into());
+            };
+            return Ok(arguments);
+        }
+        Ok(arguments)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_domain::Timestamp;
+    use baton_domain::tool::ToolInput;
+    use serde_json::json;
+
+    fn tool(body: Value) -> Tool {
+        let input: ToolInput = serde_json::from_value(body).unwrap();
+        input
+            .validate()
+            .unwrap()
+            .into_tool("id".into(), Timestamp::now(), Timestamp::now())
+    }
+
+    #[test]
+    fn functions_and_vendor_tools_are_told_apart_and_arguments_checked() {
+        let set = ToolSet::new([
+            tool(
+                json!({"name": "weather", "toolType": "External", "webUrl": "/w",
+                "parameters": {"properties": [
+                    {"name": "city", "type": "String", "required": true},
+                    {"name": "days", "type": "Number"}]}}),
+            ),
+            tool(json!({"name": "search", "toolType": "Virtual", "virtualToolId": "web_search"})),
+        ]);
+        assert_eq!(set.definitions().len(), 1);
+        assert_eq!(set.vendor_tools(), &[VendorTool::WebSearch]);
+        assert!(
+            set.check_arguments("weather", r#"{"city": "Oslo"}"#)
+                .is_ok()
+        );
+        let missing = set
+            .check_arguments("weather", r#"{"days": 2}"#)
+            .unwrap_err();
+        assert!(missing.contains("city"), "{missing}");
+        let wrong = set
+            .check_arguments("weather", r#"{"city": "Oslo", "days": "two"}"#)
+            .unwrap_err();
+        assert!(wrong.contains("/days"), "{wrong}");
+        assert!(set.check_arguments("weather", "not json").is_err());
+        assert!(set.check_arguments("weather", "[1]").is_err());
+        assert!(set.check_arguments("nope", "{}").is_err());
+    }
+}

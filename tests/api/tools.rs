@@ -1,0 +1,743 @@
+//! The tool library and tool-calling flow runs over HTTP: External tools (fixed host and
+//! caller-hosted), endpoint selection, argument checks, `maxToolCalls`, MCP servers.
+
+use baton_testkit::tool_host::ToolHost;
+use baton_testkit::{MockMcpServer, MockProvider, Reply, ToolCallReply};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::chat::{app_with_mock_and, wait_for_run};
+use crate::helpers::TestApp;
+
+struct Setup {
+    app: TestApp,
+    mock: MockProvider,
+    host: ToolHost,
+    key: String,
+}
+
+async fn setup() -> Setup {
+    let host = ToolHost::start().await.unwrap();
+    let allowed = host.addr();
+    let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(allowed)).await;
+    let key = app.default_tenant.api_key.clone();
+    Setup {
+        app,
+        mock,
+        host,
+        key,
+    }
+}
+
+impl Setup {
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> crate::helpers::Response {
+        self.app.request(method, path, Some(&self.key), body).await
+    }
+
+    async fn ok(&self, method: Method, path: &str, body: Option<Value>) -> Value {
+        let response = self.call(method.clone(), path, body).await;
+        assert!(
+            response.status.is_success(),
+            "{method} {path}: {} {}",
+            response.status,
+            response.text
+        );
+        if response.text.is_empty() {
+            Value::Null
+        } else {
+            response.json()
+        }
+    }
+
+    async fn tool(&self, body: Value) -> String {
+        let tool = self.ok(Method::POST, "/api/v1/tools", Some(body)).await;
+        tool["id"].as_str().unwrap().to_string()
+    }
+
+    /// A flow whose `main` template lists `tool_ids`, active in `production`.
+    async fn flow(&self, title: &str, template: Value) -> String {
+        let flow = self
+            .ok(Method::POST, "/api/v1/flows", Some(json!({"title": title})))
+            .await;
+        let slug = flow["name"].as_str().unwrap().to_string();
+        let versions = self
+            .ok(Method::GET, &format!("/api/v1/flows/{slug}/versions"), None)
+            .await;
+        let v1 = versions[0]["id"].as_str().unwrap().to_string();
+        self.ok(
+            Method::PUT,
+            &format!("/api/v1/flows/{slug}/versions/{v1}/templates/main"),
+            Some(template),
+        )
+        .await;
+        let _ = self
+            .call(
+                Method::POST,
+                "/api/v1/environments",
+                Some(json!({"name": "production"})),
+            )
+            .await;
+        self.ok(
+            Method::POST,
+            &format!("/api/v1/flows/{slug}/versions/{v1}/environments"),
+            Some(json!({"environment": "production"})),
+        )
+        .await;
+        slug
+    }
+
+    async fn run(&self, flow: &str, body: Value, headers: &[(&str, &str)]) -> Value {
+        let mut request = self
+            .app
+            .client
+            .post(format!("{}/api/v1/flows/{flow}/runs", self.app.address))
+            .bearer_auth(&self.key)
+            .json(&body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        assert!(status.is_success(), "run {flow}: {status} {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    async fn set_origins(&self, origins: Value) {
+        self.ok(
+            Method::PUT,
+            "/api/v1/settings",
+            Some(json!({"callbackOrigins": origins})),
+        )
+        .await;
+    }
+}
+
+fn calls(replies: &[(&str, &str, Value)]) -> Reply {
+    Reply::Answer {
+        text: String::new(),
+        tool_calls: replies
+            .iter()
+            .map(|(id, name, arguments)| ToolCallReply {
+                id: (*id).to_string(),
+                name: (*name).to_string(),
+                arguments: arguments.clone(),
+            })
+            .collect(),
+        tokens_in: 10,
+        tokens_out: 5,
+        model: None,
+        web_searches: 0,
+        citations: Vec::new(),
+    }
+}
+
+/// The tool messages the model received on its `n`th call (OpenAI wire format).
+fn tool_messages(mock: &MockProvider, n: usize) -> Vec<Value> {
+    let received = mock.received();
+    received[n].body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn tool_records_are_validated_listed_and_tracked_by_usage() {
+    let s = setup().await;
+    let bad = s
+        .call(
+            Method::POST,
+            "/api/v1/tools",
+            Some(json!({"name": "w", "toolType": "External"})),
+        )
+        .await;
+    bad.error(400, "VALIDATION_ERROR");
+    assert_eq!(bad.json()["error"]["param"], "webUrl");
+    let bad_param = s
+        .call(
+            Method::POST,
+            "/api/v1/tools",
+            Some(json!({"name": "w", "type": "external", "webUrl": "https://x.example/[[Bad-Name]]"})),
+        )
+        .await;
+    bad_param.error(400, "VALIDATION_ERROR");
+    let bad_agent = s
+        .call(
+            Method::POST,
+            "/api/v1/tools",
+            Some(json!({"name": "a", "type": "AGENT", "agentTemplateId": "no-such-flow"})),
+        )
+        .await;
+    assert_eq!(bad_agent.json()["error"]["param"], "agentTemplateId");
+
+    let id = s
+        .tool(json!({
+            "name": "weather", "toolType": "external", "description": "Weather by city",
+            "webUrl": "https://weather.example.com/v1?city=[[city]]",
+            "parameters": {"type": "Object", "properties": [
+                {"name": "days", "type": "Number", "required": true},
+                {"name": "unit", "type": "String", "enum": ["c", "f"]}]}
+        }))
+        .await;
+    let tool = s
+        .ok(Method::GET, &format!("/api/v1/tools/{id}"), None)
+        .await;
+    assert_eq!(tool["toolType"], "External");
+    assert_eq!(tool["type"], "External");
+    assert_eq!(
+        tool["parameters"]["properties"][1]["enum"],
+        json!(["c", "f"])
+    );
+    let dup = s
+        .call(
+            Method::POST,
+            "/api/v1/tools",
+            Some(json!({"name": "weather", "toolType": "Virtual", "virtualToolId": "web_search"})),
+        )
+        .await;
+    dup.error(409, "ALREADY_EXISTS");
+
+    // Templates may only list the tenant's own tools.
+    let other = s.app.create_tenant("other").await;
+    let foreign = s
+        .app
+        .post(
+            "/api/v1/tools",
+            &other.api_key,
+            json!({"name": "theirs", "toolType": "External", "webUrl": "https://t.example.com"}),
+        )
+        .await
+        .json();
+    let flow = s
+        .ok(
+            Method::POST,
+            "/api/v1/flows",
+            Some(json!({"title": "Forecast"})),
+        )
+        .await;
+    let slug = flow["name"].as_str().unwrap();
+    let versions = s
+        .ok(Method::GET, &format!("/api/v1/flows/{slug}/versions"), None)
+        .await;
+    let v1 = versions[0]["id"].as_str().unwrap();
+    let path = format!("/api/v1/flows/{slug}/versions/{v1}/templates/main");
+    for ids in [json!(["nope"]), json!([foreign["id"]])] {
+        let refused = s
+            .call(
+                Method::PUT,
+                &path,
+                Some(json!({"template": "t", "toolIds": ids})),
+            )
+            .await;
+        refused.error(400, "VALIDATION_ERROR");
+        assert_eq!(refused.json()["error"]["param"], "toolIds[0]");
+    }
+    s.ok(
+        Method::PUT,
+        &path,
+        Some(json!({"template": "Forecast for [[city]]", "toolIds": [id]})),
+    )
+    .await;
+    let usage = s
+        .ok(Method::GET, &format!("/api/v1/tools/{id}/usage"), None)
+        .await;
+    assert_eq!(usage[0]["flowName"], slug);
+    assert_eq!(usage[0]["templateNames"], json!(["main"]));
+    // The URL's placeholder is a flow parameter too.
+    let parameters = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/flows/{slug}/parameters"),
+            None,
+        )
+        .await;
+    assert!(
+        parameters
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["token"] == "city"),
+        "{parameters}"
+    );
+
+    s.call(Method::DELETE, &format!("/api/v1/tools/{id}"), None)
+        .await
+        .error(409, "IN_USE");
+    s.ok(Method::PUT, &path, Some(json!({"template": "t"})))
+        .await;
+    s.ok(Method::DELETE, &format!("/api/v1/tools/{id}"), None)
+        .await;
+    s.call(Method::GET, &format!("/api/v1/tools/{id}"), None)
+        .await
+        .error(404, "NOT_FOUND");
+}
+
+#[tokio::test]
+async fn a_flow_run_calls_a_fixed_host_tool_and_feeds_the_result_back() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({
+            "name": "lookup", "toolType": "External",
+            "webUrl": format!("{}/echo?tenant=[[tenant]]", s.host.origin()),
+            "headers": {"X-Api-Key": "stored-key"},
+            "parameters": {"properties": [
+                {"name": "q", "type": "String", "required": true},
+                {"name": "tags", "type": "String", "isList": true}]}
+        }))
+        .await;
+    let flow = s
+        .flow(
+            "Lookup",
+            json!({"template": "Use the tool.", "userTemplate": "[[question]]", "toolIds": [id],
+                   "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[(
+        "call_a",
+        "lookup",
+        json!({"q": "rust", "tags": ["x", "y"]}),
+    )]));
+    s.mock.push(Reply::text("The answer is 42."));
+    let run = s
+        .run(
+            &flow,
+            json!({"parameters": {"question": "what?", "tenant": "acme co"}}),
+            &[("X-Baton-Callback-Token", "never-sent-to-fixed-hosts")],
+        )
+        .await;
+    assert_eq!(run["output"]["text"], "The answer is 42.");
+    let seen = s.host.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/echo");
+    assert_eq!(seen[0].query_values("tenant"), ["acme co"]);
+    assert_eq!(seen[0].query_values("q"), ["rust"]);
+    assert_eq!(seen[0].query_values("tags"), ["x", "y"]);
+    assert_eq!(seen[0].header("x-api-key"), Some("stored-key"));
+    assert_eq!(seen[0].header("x-tool-token"), None);
+
+    let call = &run["toolCalls"][0];
+    assert_eq!(call["status"], "succeeded");
+    assert_eq!(call["originSource"], "tool");
+    assert_eq!(call["targetUrl"], format!("{}/echo", s.host.origin()));
+    // The second model call carried the tool's answer for the call id.
+    let results = tool_messages(&s.mock, 1);
+    assert_eq!(results[0]["tool_call_id"], "call_a");
+    assert!(results[0]["content"].to_string().contains("rust"));
+    // Usage of both turns.
+    assert_eq!(run["usage"]["tokensIn"], 20);
+
+    let logged = wait_for_run(&s.app, run["id"].as_str().unwrap()).await;
+    assert_eq!(logged.tool_calls.len(), 1);
+    assert_eq!(logged.tool_calls[0].origin_source.as_deref(), Some("tool"));
+    assert_eq!(logged.usage.tokens_in, 20);
+    let events = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/runs/{}", run["id"].as_str().unwrap()),
+            None,
+        )
+        .await;
+    assert_eq!(events["toolCalls"][0]["toolName"], "lookup");
+}
+
+#[tokio::test]
+async fn caller_hosted_tools_follow_the_callback_origin_rules() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({
+            "name": "orders", "toolType": "External", "webUrl": "/status/200?shop=[[shop]]",
+            "headers": {"X-Secret": "stored-value"}, "callbackTokenHeader": "X-Secret",
+        }))
+        .await;
+    let flow = s
+        .flow(
+            "Orders",
+            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    let run_once = |headers: Vec<(&'static str, String)>| {
+        let s = &s;
+        let flow = flow.clone();
+        async move {
+            s.mock.push(calls(&[("c1", "orders", json!({}))]));
+            s.mock.push(Reply::text("done"));
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            s.run(&flow, json!({"parameters": {"shop": "s1"}}), &headers)
+                .await
+        }
+    };
+
+    // No callback URL: the call fails with the cause, the run still succeeds.
+    let run = run_once(vec![]).await;
+    assert_eq!(run["status"], "Succeeded");
+    let call = &run["toolCalls"][0];
+    assert_eq!(call["status"], "failed");
+    assert_eq!(call["originSource"], "callback");
+    let told = tool_messages(&s.mock, 1)[0]["content"].to_string();
+    assert!(told.contains("X-Baton-Callback-Url"), "{told}");
+
+    // No origins registered: refused.
+    let origin = s.host.origin();
+    let run = run_once(vec![(
+        "X-Baton-Callback-Url",
+        format!("{origin}/ignored/path"),
+    )])
+    .await;
+    assert_eq!(run["toolCalls"][0]["status"], "failed");
+    assert!(s.host.requests().is_empty());
+
+    // A registered origin that does not match (other port): refused.
+    let port = s.host.addr().port();
+    s.set_origins(json!([format!(
+        "http://127.0.0.1:{}",
+        port.wrapping_add(1)
+    )]))
+    .await;
+    let run = run_once(vec![("X-Baton-Callback-Url", origin.clone())]).await;
+    assert_eq!(run["toolCalls"][0]["status"], "failed");
+    assert!(s.host.requests().is_empty());
+
+    // Matching: the path is the tool's, the token wins over the stored header.
+    s.set_origins(json!([origin.clone()])).await;
+    let run = run_once(vec![
+        ("X-Baton-Callback-Url", format!("{origin}/ignored/path?x=1")),
+        ("X-Baton-Callback-Token", "per-run-secret".into()),
+    ])
+    .await;
+    let call = &run["toolCalls"][0];
+    assert_eq!(call["status"], "succeeded", "{run}");
+    assert_eq!(call["originSource"], "callback");
+    assert_eq!(call["targetUrl"], format!("{origin}/status/200"));
+    let seen = s.host.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].path, "/status/200");
+    assert_eq!(seen[0].query_values("shop"), ["s1"]);
+    assert_eq!(seen[0].header("x-secret"), Some("per-run-secret"));
+    let logged = wait_for_run(&s.app, run["id"].as_str().unwrap()).await;
+    assert_eq!(logged.callback_origin.as_deref(), Some(origin.as_str()));
+    assert_eq!(
+        logged.tool_calls[0].target_url,
+        Some(format!("{origin}/status/200"))
+    );
+
+    // The deprecated header works and tags the run.
+    let run = run_once(vec![("X-Baton-Debug-Url", origin.clone())]).await;
+    assert_eq!(run["toolCalls"][0]["status"], "succeeded");
+    let logged = wait_for_run(&s.app, run["id"].as_str().unwrap()).await;
+    assert!(
+        logged.tags.contains(&format!("DebugUrl:{origin}")),
+        "{:?}",
+        logged.tags
+    );
+    // The token is never stored (this host does not echo it back).
+    assert!(!s.app.db.dump().contains("per-run-secret"));
+}
+
+#[tokio::test]
+async fn bad_arguments_go_back_to_the_model_and_max_tool_calls_ends_the_loop() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({
+            "name": "count", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin()),
+            "parameters": {"properties": [{"name": "n", "type": "Number", "required": true}]}
+        }))
+        .await;
+    let flow = s
+        .flow(
+            "Counter",
+            json!({"template": "t", "toolIds": [id], "maxToolCalls": 2, "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock
+        .push(calls(&[("c1", "count", json!({"n": "seven"}))]));
+    s.mock.push(calls(&[("c2", "count", json!({"n": 7}))]));
+    s.mock.push(calls(&[("c3", "count", json!({"n": 8}))]));
+    let run = s.run(&flow, json!({}), &[]).await;
+    // The invalid call never reached the host; the model was told why.
+    assert_eq!(s.host.requests().len(), 1);
+    assert_eq!(s.host.requests()[0].query_values("n"), ["7"]);
+    let told = tool_messages(&s.mock, 1)[0]["content"].to_string();
+    assert!(told.contains("/n"), "{told}");
+    assert_eq!(run["toolCalls"][0]["status"], "failed");
+    assert_eq!(run["toolCalls"][1]["status"], "succeeded");
+    // After two tool turns the model is asked to answer without tools, and the run warns.
+    let received = s.mock.received();
+    assert_eq!(received.len(), 3);
+    assert_eq!(received[2].body["tool_choice"], "none");
+    assert!(
+        run["warnings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|w| w["code"] == "MAX_TOOL_CALLS_REACHED"),
+        "{run}"
+    );
+}
+
+#[tokio::test]
+async fn a_streamed_tool_run_reports_each_tool_call_with_its_endpoint() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({"name": "ping", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin())}))
+        .await;
+    let broken = s
+        .tool(json!({"name": "relative", "toolType": "External", "webUrl": "/hook"}))
+        .await;
+    let flow = s
+        .flow(
+            "Pinger",
+            json!({"template": "t", "toolIds": [id, broken], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[
+        ("c1", "ping", json!({})),
+        ("c2", "relative", json!({})),
+    ]));
+    s.mock.push(Reply::text("pong"));
+    let response = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{flow}/runs", s.app.address))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let text = response.text().await.unwrap();
+    let events: Vec<Value> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(text.trim_end().ends_with("data: [DONE]"));
+    let of = |t: &str| -> Vec<&Value> { events.iter().filter(|e| e["type"] == t).collect() };
+    assert_eq!(
+        of("toolStarted").len(),
+        1,
+        "an unbound call has no toolStarted"
+    );
+    assert_eq!(of("toolStarted")[0]["data"]["originSource"], "tool");
+    assert_eq!(
+        of("toolCompleted")[0]["data"]["targetUrl"],
+        format!("{}/echo", s.host.origin())
+    );
+    let failed = of("toolFailed");
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["data"]["originSource"], "callback");
+    assert_eq!(failed[0]["data"]["status"], "failed");
+    assert_eq!(of("agentInferenceCompleted").len(), 2);
+    let completed = of("requestCompleted");
+    assert_eq!(completed[0]["data"]["totalToolCalls"], 2);
+    assert_eq!(completed[0]["data"]["result"]["textResponse"], "pong");
+    // The same events are stored with the run.
+    let request_id = events[0]["requestId"].as_str().unwrap();
+    wait_for_run(&s.app, request_id).await;
+}
+
+#[tokio::test]
+async fn mcp_servers_are_registered_discovered_imported_and_called() {
+    let mcp = MockMcpServer::start_with_required_header("Authorization", "Bearer mcp-secret").await;
+    let host = ToolHost::start().await.unwrap();
+    let (mcp_addr, host_addr) = (mcp.address(), host.addr());
+    let (app, mock) = app_with_mock_and(move |config| {
+        config.outbound_allowed.push(mcp_addr);
+        config.outbound_allowed.push(host_addr);
+    })
+    .await;
+    let s = Setup {
+        key: app.default_tenant.api_key.clone(),
+        app,
+        mock,
+        host,
+    };
+    let server = s
+        .ok(
+            Method::POST,
+            "/api/v1/mcp-servers",
+            Some(json!({"name": "calc", "url": mcp.url(), "headers": {"Authorization": "Bearer mcp-secret"}})),
+        )
+        .await;
+    assert_eq!(
+        server["headers"]["Authorization"], "********",
+        "secrets are redacted"
+    );
+    let sid = server["id"].as_str().unwrap().to_string();
+    let found = s
+        .ok(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/discover"),
+            None,
+        )
+        .await;
+    let add = found
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "add")
+        .unwrap();
+    assert_eq!(add["alreadyImported"], false);
+    assert!(add["inputSchema"]["properties"]["a"].is_object());
+    let server = s
+        .ok(Method::GET, &format!("/api/v1/mcp-servers/{sid}"), None)
+        .await;
+    assert_eq!(
+        server["discoveredToolCount"],
+        found.as_array().unwrap().len()
+    );
+    assert!(server["lastConnectedAt"].is_string());
+
+    let unknown = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/import"),
+            Some(json!({"toolNames": ["nope"]})),
+        )
+        .await;
+    unknown.error(400, "VALIDATION_ERROR");
+    let imported = s
+        .ok(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/import"),
+            Some(json!({"toolNames": ["add", "fail"]})),
+        )
+        .await;
+    let add_tool = &imported[0];
+    assert_eq!(add_tool["toolType"], "Mcp");
+    assert_eq!(add_tool["mcpServerId"], sid);
+    assert!(add_tool["rawInputSchema"].is_object());
+    assert!(
+        !add_tool["parameters"]["properties"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+    let found = s
+        .ok(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/discover"),
+            None,
+        )
+        .await;
+    assert!(
+        found
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "add" && t["alreadyImported"] == true)
+    );
+    // An update that sends the redacted value back keeps the secret.
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/mcp-servers/{sid}"),
+        Some(json!({"name": "calc", "url": mcp.url(), "headers": {"Authorization": "********"}})),
+    )
+    .await;
+
+    let ids: Vec<Value> = imported
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].clone())
+        .collect();
+    let flow = s
+        .flow(
+            "Calculator",
+            json!({"template": "t", "toolIds": ids, "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[
+        ("c1", "add", json!({"a": 2, "b": 3})),
+        ("c2", "fail", json!({})),
+    ]));
+    s.mock.push(Reply::text("2 + 3 = 5"));
+    let run = s.run(&flow, json!({}), &[]).await;
+    assert_eq!(run["output"]["text"], "2 + 3 = 5");
+    assert!(
+        mcp.calls()
+            .iter()
+            .any(|(name, args)| name == "add" && args == &json!({"a": 2, "b": 3}))
+    );
+    let results = tool_messages(&s.mock, 1);
+    let add_result = results.iter().find(|m| m["tool_call_id"] == "c1").unwrap();
+    assert!(
+        add_result["content"].to_string().contains('5'),
+        "{add_result}"
+    );
+    let statuses: Vec<&Value> = run["toolCalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["status"])
+        .collect();
+    assert!(statuses.contains(&&json!("succeeded")) && statuses.contains(&&json!("failed")));
+
+    // A server in use cannot be removed.
+    s.call(Method::DELETE, &format!("/api/v1/mcp-servers/{sid}"), None)
+        .await
+        .error(409, "IN_USE");
+}
+
+#[tokio::test]
+async fn an_unreachable_mcp_server_fails_the_call_not_the_run() {
+    let mcp = MockMcpServer::start().await;
+    let addr = mcp.address();
+    let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(addr)).await;
+    let host = ToolHost::start().await.unwrap();
+    let s = Setup {
+        key: app.default_tenant.api_key.clone(),
+        app,
+        mock,
+        host,
+    };
+    let server = s
+        .ok(
+            Method::POST,
+            "/api/v1/mcp-servers",
+            Some(json!({"name": "calc", "url": mcp.url()})),
+        )
+        .await;
+    let sid = server["id"].as_str().unwrap().to_string();
+    let imported = s
+        .ok(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/import"),
+            Some(json!({"toolNames": ["echo"]})),
+        )
+        .await;
+    // Point the server somewhere nothing listens (the guard allows only the mock's address).
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/mcp-servers/{sid}"),
+        Some(json!({"name": "calc", "url": "http://127.0.0.1:9/mcp"})),
+    )
+    .await;
+    let flow = s
+        .flow(
+            "Echo",
+            json!({"template": "t", "toolIds": [imported[0]["id"]], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[("c1", "echo", json!({"text": "hi"}))]));
+    s.mock.push(Reply::text("the tool is down"));
+    let run = s.run(&flow, json!({}), &[]).await;
+    assert_eq!(run["status"], "Succeeded");
+    assert_eq!(run["toolCalls"][0]["status"], "failed");
+    s.call(
+        Method::POST,
+        &format!("/api/v1/mcp-servers/{sid}/discover"),
+        None,
+    )
+    .await
+    .error(502, "MCP_SERVER_ERROR");
+}
