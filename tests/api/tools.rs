@@ -741,3 +741,56 @@ async fn an_unreachable_mcp_server_fails_the_call_not_the_run() {
     .await
     .error(502, "MCP_SERVER_ERROR");
 }
+
+#[tokio::test]
+async fn virtual_tools_run_at_the_provider_with_citations_and_are_refused_where_unsupported() {
+    let s = setup().await;
+    let search = s
+        .tool(json!({"name": "search", "type": "virtual", "virtualToolId": "web_search"}))
+        .await;
+    let flow = s
+        .flow(
+            "Researcher",
+            json!({"template": "Research.", "userTemplate": "[[q]]", "toolIds": [search],
+                   "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(
+        Reply::text("Rust 1.0 shipped in 2015.")
+            .with_web_search(2, &[("https://blog.rust-lang.org/", "Rust blog")]),
+    );
+    let run = s
+        .run(&flow, json!({"parameters": {"q": "when?"}}), &[])
+        .await;
+    assert_eq!(run["output"]["text"], "Rust 1.0 shipped in 2015.");
+    assert_eq!(
+        run["output"]["citations"][0]["url"],
+        "https://blog.rust-lang.org/"
+    );
+    // The provider ran the search: the request went to the Responses API with the hosted tool.
+    let sent = &s.mock.received()[0];
+    assert!(sent.path.ends_with("/responses"), "{}", sent.path);
+    assert!(sent.body["tools"].to_string().contains("web_search"));
+    let logged = wait_for_run(&s.app, run["id"].as_str().unwrap()).await;
+    assert_eq!(logged.usage.web_search_calls, 2);
+    assert!(logged.cost_credits > 0);
+
+    // A provider that cannot run it: 400, nothing sent.
+    let local = s
+        .flow(
+            "Local researcher",
+            json!({"template": "Research.", "toolIds": [search], "llm": "local/llama-3"}),
+        )
+        .await;
+    let before = s.mock.received().len();
+    let refused = s
+        .app
+        .post(
+            &format!("/api/v1/flows/{local}/runs"),
+            &s.key,
+            json!({}),
+        )
+        .await;
+    refused.error(400, "UNSUPPORTED");
+    assert_eq!(s.mock.received().len(), before);
+}

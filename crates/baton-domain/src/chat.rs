@@ -286,6 +286,7 @@ impl Usage {
 
 /// A source the model cited (web search results, grounding).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Citation {
     pub url: String,

@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use baton_domain::chat::{
-    InferenceRequest, InferenceResponse, Message, ResponseFormat, Role, VendorTool,
+    Citation, InferenceRequest, InferenceResponse, Message, ResponseFormat, Role, VendorTool,
 };
 use baton_domain::flow::{ExecutionMode, Flow, Template, Version};
 use baton_domain::run::{RunKind, RunRecord, RunWarning, ToolCallRecord};
@@ -79,6 +79,9 @@ pub struct RunOutput {
     /// The answer parsed as JSON when a response schema applied.
     #[schema(value_type = Option<Object>)]
     pub json: Option<Value>,
+    /// Sources the model cited (provider-run web search, grounding).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub citations: Vec<Citation>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -438,6 +441,7 @@ pub async fn run_flow(
             output: RunOutput {
                 text: response.text,
                 json,
+                citations: response.citations,
             },
             tool_calls: result.tool_calls,
             warnings,
@@ -539,6 +543,7 @@ pub async fn run_flow(
         output: RunOutput {
             text: response.text,
             json,
+            citations: response.citations,
         },
         tool_calls: Vec::new(),
         warnings,
