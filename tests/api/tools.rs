@@ -785,12 +785,40 @@ async fn virtual_tools_run_at_the_provider_with_citations_and_are_refused_where_
     let before = s.mock.received().len();
     let refused = s
         .app
-        .post(
-            &format!("/api/v1/flows/{local}/runs"),
-            &s.key,
-            json!({}),
-        )
+        .post(&format!("/api/v1/flows/{local}/runs"), &s.key, json!({}))
         .await;
     refused.error(400, "UNSUPPORTED");
     assert_eq!(s.mock.received().len(), before);
+}
+
+#[tokio::test]
+async fn an_environment_pin_serves_a_caller_hosted_tool_without_a_callback() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({
+            "name": "stock", "toolType": "External", "webUrl": "/stock",
+            "environmentOverrides": {"production": {"webUrl": format!("{}/pinned", s.host.origin())}},
+        }))
+        .await;
+    let flow = s
+        .flow(
+            "Stock",
+            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[("c1", "stock", json!({"sku": "x"}))]));
+    s.mock.push(Reply::text("in stock"));
+    // A callback origin is sent but not registered: the pinned URL is used all the same.
+    let run = s
+        .run(
+            &flow,
+            json!({"environment": "production"}),
+            &[("X-Baton-Callback-Url", "https://caller.example.com")],
+        )
+        .await;
+    let call = &run["toolCalls"][0];
+    assert_eq!(call["status"], "succeeded", "{run}");
+    assert_eq!(call["originSource"], "environment");
+    assert_eq!(call["targetUrl"], format!("{}/pinned", s.host.origin()));
+    assert_eq!(s.host.requests()[0].path, "/pinned");
 }
