@@ -7,6 +7,7 @@
 
 mod helpers;
 
+mod agents;
 mod auth;
 mod chat;
 mod cli;

@@ -9,14 +9,14 @@ use serde_json::{Value, json};
 use crate::chat::{app_with_mock_and, wait_for_run};
 use crate::helpers::TestApp;
 
-struct Setup {
-    app: TestApp,
-    mock: MockProvider,
-    host: ToolHost,
-    key: String,
+pub struct Setup {
+    pub app: TestApp,
+    pub mock: MockProvider,
+    pub host: ToolHost,
+    pub key: String,
 }
 
-async fn setup() -> Setup {
+pub async fn setup() -> Setup {
     let host = ToolHost::start().await.unwrap();
     let allowed = host.addr();
     let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(allowed)).await;
@@ -30,7 +30,7 @@ async fn setup() -> Setup {
 }
 
 impl Setup {
-    async fn call(
+    pub async fn call(
         &self,
         method: Method,
         path: &str,
@@ -39,7 +39,7 @@ impl Setup {
         self.app.request(method, path, Some(&self.key), body).await
     }
 
-    async fn ok(&self, method: Method, path: &str, body: Option<Value>) -> Value {
+    pub async fn ok(&self, method: Method, path: &str, body: Option<Value>) -> Value {
         let response = self.call(method.clone(), path, body).await;
         assert!(
             response.status.is_success(),
@@ -54,13 +54,13 @@ impl Setup {
         }
     }
 
-    async fn tool(&self, body: Value) -> String {
+    pub async fn tool(&self, body: Value) -> String {
         let tool = self.ok(Method::POST, "/api/v1/tools", Some(body)).await;
         tool["id"].as_str().unwrap().to_string()
     }
 
     /// A flow whose `main` template lists `tool_ids`, active in `production`.
-    async fn flow(&self, title: &str, template: Value) -> String {
+    pub async fn flow(&self, title: &str, template: Value) -> String {
         let flow = self
             .ok(Method::POST, "/api/v1/flows", Some(json!({"title": title})))
             .await;
@@ -91,7 +91,7 @@ impl Setup {
         slug
     }
 
-    async fn run(&self, flow: &str, body: Value, headers: &[(&str, &str)]) -> Value {
+    pub async fn run(&self, flow: &str, body: Value, headers: &[(&str, &str)]) -> Value {
         let mut request = self
             .app
             .client
@@ -108,7 +108,7 @@ impl Setup {
         serde_json::from_str(&text).unwrap()
     }
 
-    async fn set_origins(&self, origins: Value) {
+    pub async fn set_origins(&self, origins: Value) {
         self.ok(
             Method::PUT,
             "/api/v1/settings",
@@ -118,7 +118,7 @@ impl Setup {
     }
 }
 
-fn calls(replies: &[(&str, &str, Value)]) -> Reply {
+pub fn calls(replies: &[(&str, &str, Value)]) -> Reply {
     Reply::Answer {
         text: String::new(),
         tool_calls: replies
@@ -138,7 +138,7 @@ fn calls(replies: &[(&str, &str, Value)]) -> Reply {
 }
 
 /// The tool messages the model received on its `n`th call (OpenAI wire format).
-fn tool_messages(mock: &MockProvider, n: usize) -> Vec<Value> {
+pub fn tool_messages(mock: &MockProvider, n: usize) -> Vec<Value> {
     let received = mock.received();
     received[n].body["messages"]
         .as_array()

@@ -92,6 +92,17 @@ impl EventLog {
 
     /// A new event envelope (root agent: empty path, depth 0).
     pub fn emit(&mut self, event_type: &str, data: Value) -> Value {
+        self.emit_in(event_type, data, &[], 0)
+    }
+
+    /// A new event envelope of the agent at `agent_path` (roles from the root), `depth` deep.
+    pub fn emit_in(
+        &mut self,
+        event_type: &str,
+        data: Value,
+        agent_path: &[String],
+        depth: u32,
+    ) -> Value {
         let id = uuid::Uuid::now_v7().to_string();
         let timestamp = Timestamp::now();
         let envelope = json!({
@@ -99,8 +110,8 @@ impl EventLog {
             "timestamp": timestamp,
             "requestId": self.request_id,
             "type": event_type,
-            "agentPath": [],
-            "depth": 0,
+            "agentPath": agent_path,
+            "depth": depth,
             "data": data,
         });
         if !NOT_STORED.contains(&event_type) {

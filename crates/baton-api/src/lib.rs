@@ -1,6 +1,7 @@
 //! Baton's HTTP surface: the axum router, handlers, authentication and the OpenAPI document.
 //! The only crate that knows axum; handlers parse and authorise, the store persists.
 
+pub mod agents;
 pub mod auth;
 pub mod cache;
 pub mod compat;

@@ -32,7 +32,7 @@ use crate::state::AppState;
 const PREVIEW_CHARS: usize = 200;
 
 /// What the caller sent for caller-hosted tools (SPEC.md "Custom request headers").
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Callback {
     pub url: Option<Url>,
     /// Held for the run only: never stored, never logged.
@@ -105,20 +105,45 @@ struct RunEvents {
     live: Option<mpsc::UnboundedSender<Value>>,
 }
 
+/// The events of a whole agent tree (one log, one stream), as seen by one agent: its envelopes
+/// carry its `agentPath` and `depth`.
 #[derive(Clone)]
-pub struct SharedEvents(Arc<Mutex<RunEvents>>);
+pub struct SharedEvents {
+    inner: Arc<Mutex<RunEvents>>,
+    path: Arc<Vec<String>>,
+    depth: u32,
+}
 
 impl SharedEvents {
     pub fn new(request_id: String, live: Option<mpsc::UnboundedSender<Value>>) -> SharedEvents {
-        SharedEvents(Arc::new(Mutex::new(RunEvents {
-            log: EventLog::new(request_id),
-            live,
-        })))
+        SharedEvents {
+            inner: Arc::new(Mutex::new(RunEvents {
+                log: EventLog::new(request_id),
+                live,
+            })),
+            path: Arc::new(Vec::new()),
+            depth: 0,
+        }
+    }
+
+    /// The same tree, as seen by a sub-agent in role `role`.
+    pub fn child(&self, role: &str) -> SharedEvents {
+        let mut path = self.path.as_ref().clone();
+        path.push(role.to_string());
+        SharedEvents {
+            inner: self.inner.clone(),
+            path: Arc::new(path),
+            depth: self.depth + 1,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunEvents> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     pub fn emit(&self, event_type: &str, data: Value) {
-        let mut events = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        let envelope = events.log.emit(event_type, data);
+        let mut events = self.lock();
+        let envelope = events.log.emit_in(event_type, data, &self.path, self.depth);
         if let Some(live) = &events.live {
             // A gone client must not stop the run: it is finished and logged anyway.
             let _ = live.send(envelope);
@@ -126,24 +151,16 @@ impl SharedEvents {
     }
 
     pub fn elapsed_ms(&self) -> u64 {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .log
-            .elapsed_ms()
+        self.lock().log.elapsed_ms()
     }
 
     pub fn take_stored(&self) -> Vec<baton_domain::run::StoredEvent> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .log
-            .take_stored()
+        self.lock().log.take_stored()
     }
 
     /// Ends the live stream (the sender is dropped).
     pub fn close(&self) {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).live = None;
+        self.lock().live = None;
     }
 }
 
@@ -175,14 +192,16 @@ impl ToolEvents for SharedEvents {
         } else {
             "toolFailed"
         };
-        self.emit(
-            event,
-            json!({"toolName": record.tool_name, "toolType": record.tool_type,
+        let mut data = json!({"toolName": record.tool_name, "toolType": record.tool_type,
                    "callId": record.call_id, "durationMs": record.duration_ms,
                    "status": record.status, "resultPreview": preview(output),
                    "resultSize": output.len(), "targetUrl": record.target_url,
-                   "originSource": record.origin_source}),
-        );
+                   "originSource": record.origin_source});
+        if let Some(child) = &record.child_request_id {
+            data["childRequestId"] = json!(child);
+            data["childCreditsUsed"] = json!(record.child_credits_used.unwrap_or(0));
+        }
+        self.emit(event, data);
     }
 }
 
@@ -306,6 +325,51 @@ pub struct ToolRunInput {
     /// Credits spent before the loop (the Route classifier), part of the request's total.
     pub earlier_credits: i64,
     pub flow_name: String,
+    /// Where this run sits in its agent tree.
+    pub scope: AgentScope,
+}
+
+/// A run's place in its agent tree.
+#[derive(Clone)]
+pub struct AgentScope {
+    pub root_id: String,
+    /// This run's request id (the parent of the sub-agents it starts).
+    pub run_id: String,
+    pub depth: u32,
+    /// Flow ids from the root to this run: a sub-agent may not run one of them again.
+    pub ancestors: Vec<String>,
+    /// The request's own depth limit (it wins over the tool's and the tenant's).
+    pub max_depth: Option<u32>,
+    /// Inherited by sub-agents.
+    pub tags: Vec<String>,
+    pub customer: Option<String>,
+    /// The deepest depth any agent of the tree reached (shared by the whole tree).
+    pub deepest: Arc<std::sync::atomic::AtomicU32>,
+    /// Sub-agents started anywhere in the tree (shared by the whole tree).
+    pub spawns: Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl AgentScope {
+    /// The scope of a root request.
+    pub fn root(
+        run_id: &str,
+        flow_id: &str,
+        max_depth: Option<u32>,
+        tags: Vec<String>,
+        customer: Option<String>,
+    ) -> AgentScope {
+        AgentScope {
+            root_id: run_id.to_string(),
+            run_id: run_id.to_string(),
+            depth: 0,
+            ancestors: vec![flow_id.to_string()],
+            max_depth,
+            tags,
+            customer,
+            deepest: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            spawns: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+        }
+    }
 }
 
 /// A finished tool run, for the flow run response.
@@ -316,6 +380,9 @@ pub struct ToolRunResult {
     pub cost: Cost,
     pub tool_calls: Vec<ToolCallRecord>,
     pub warnings: Vec<RunWarning>,
+    /// This run's cost plus every sub-agent's subtree, in credits.
+    pub tree_credits: i64,
+    pub inferences: u32,
 }
 
 /// Runs the loop, logs the run (with its tool calls and events) and emits the closing events.
@@ -337,12 +404,26 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
         events,
         earlier_credits,
         flow_name,
+        scope,
     } = input;
-    events.emit(
-        "requestStarted",
-        json!({"flowName": flow_name, "contextId": Value::Null, "model": plan.chain.requested,
-               "hasTools": true, "toolCount": tools.definitions().len() + tools.vendor_tools().len()}),
-    );
+    // A sub-agent's start and end are `agentStarted`/`agentCompleted`, sent by its parent.
+    let is_root = scope.depth == 0;
+    if is_root {
+        events.emit(
+            "requestStarted",
+            json!({"flowName": flow_name, "contextId": Value::Null, "model": plan.chain.requested,
+                   "hasTools": !tools.is_empty(),
+                   "toolCount": tools.definitions().len() + tools.vendor_tools().len()}),
+        );
+    }
+    let agents = crate::agents::TreeRunner {
+        state: state.clone(),
+        tenant: tenant.clone(),
+        scope: scope.clone(),
+        environment: environment.clone(),
+        callback: callback.clone(),
+        events: events.clone(),
+    };
     let mcp = StoreMcp {
         store: state.store.clone(),
         tenant: tenant.clone(),
@@ -357,6 +438,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
             callback_origins: &callback_origins,
         },
         mcp: &mcp,
+        agents: Some(&agents),
         timeout: state.config.tool_call_timeout,
     };
     let mut observer = events.clone();
@@ -388,18 +470,27 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
     let fallback_used = log.record_mut().is_some_and(|r| r.fallback_used);
     match outcome {
         Ok(outcome) => {
-            let total = cost.billed.0.saturating_add(earlier_credits);
-            events.emit(
-                "requestCompleted",
-                json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
-                       "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
-                       "totalTokensIn": outcome.response.usage.tokens_in,
-                       "totalTokensOut": outcome.response.usage.tokens_out,
-                       "totalInferenceCount": outcome.inferences,
-                       "totalToolCalls": outcome.tool_calls.len(), "totalAgentSpawns": 0,
-                       "maxDepthReached": 0,
-                       "result": {"textResponse": outcome.response.text}}),
-            );
+            let children: i64 = outcome
+                .tool_calls
+                .iter()
+                .filter_map(|c| c.child_credits_used)
+                .fold(0, i64::saturating_add);
+            let tree_credits = cost.billed.0.saturating_add(children);
+            if is_root {
+                let total = tree_credits.saturating_add(earlier_credits);
+                let spawns = scope.spawns.load(std::sync::atomic::Ordering::Relaxed);
+                events.emit(
+                    "requestCompleted",
+                    json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
+                           "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
+                           "totalTokensIn": outcome.response.usage.tokens_in,
+                           "totalTokensOut": outcome.response.usage.tokens_out,
+                           "totalInferenceCount": outcome.inferences,
+                           "totalToolCalls": outcome.tool_calls.len(), "totalAgentSpawns": spawns,
+                           "maxDepthReached": agents.max_depth_reached(),
+                           "result": {"textResponse": outcome.response.text}}),
+                );
+            }
             let served = served
                 .or_else(|| plan.chain.primary().cloned())
                 .unwrap_or_else(|| ChainModel {
@@ -410,10 +501,14 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
                 record.tool_calls = outcome.tool_calls.clone();
                 record.warnings.extend(outcome.warnings.iter().cloned());
             }
-            log.attach_events(events.take_stored());
+            if is_root {
+                log.attach_events(events.take_stored());
+            }
             log.succeed_priced(&served.provider, &served.model, &outcome.response, cost)
                 .await;
-            events.close();
+            if is_root {
+                events.close();
+            }
             Ok(ToolRunResult {
                 response: outcome.response,
                 served,
@@ -421,6 +516,8 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
                 cost,
                 tool_calls: outcome.tool_calls,
                 warnings: outcome.warnings,
+                tree_credits,
+                inferences: outcome.inferences,
             })
         }
         Err(LoopFailure {
@@ -428,21 +525,27 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
             usage,
             tool_calls,
         }) => {
-            let (code, message) = (error.code(), error.to_string());
-            events.emit(
-                "error",
-                json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
-            );
-            events.emit("requestFailed", json!({"code": code, "message": message}));
+            if is_root {
+                let (code, message) = (error.code(), error.to_string());
+                events.emit(
+                    "error",
+                    json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
+                );
+                events.emit("requestFailed", json!({"code": code, "message": message}));
+            }
             if let Some(record) = log.record_mut() {
                 record.tool_calls = tool_calls;
                 if let Some(model) = &failed_model {
                     record.provider = Some(model.provider.clone());
                 }
             }
-            log.attach_events(events.take_stored());
+            if is_root {
+                log.attach_events(events.take_stored());
+            }
             log.fail_priced(&error, usage, cost).await;
-            events.close();
+            if is_root {
+                events.close();
+            }
             Err(error)
         }
     }

@@ -88,6 +88,12 @@ pub struct ToolCallRecord {
     pub error: Option<String>,
     /// The model turn (0-based) that asked for the call.
     pub turn: u32,
+    /// Agent tools: the child request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_request_id: Option<String>,
+    /// Agent tools: what the child's whole subtree cost, in credits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub child_credits_used: Option<i64>,
 }
 
 /// Something the caller should know about a run that did not fail it.

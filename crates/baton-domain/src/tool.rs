@@ -450,6 +450,15 @@ impl Tool {
     pub fn json_schema(&self) -> Value {
         match &self.config.raw_input_schema {
             Some(schema) if schema.is_object() => schema.clone(),
+            // A sub-agent needs to be told something: without parameters it takes one `input`,
+            // which its flow reads as `[[input]]` (or as its user message).
+            _ if self.parameters.properties.is_empty()
+                && matches!(self.tool_type, ToolType::Agent | ToolType::CritiqueLoop) =>
+            {
+                json!({"type": "object",
+                       "properties": {"input": {"type": "string", "description": "The task for the agent, in full"}},
+                       "required": ["input"]})
+            }
             _ => self.parameters.to_json_schema(),
         }
     }

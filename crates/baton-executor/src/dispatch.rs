@@ -1,7 +1,7 @@
 //! One tool call, by tool type. External tools are HTTP GETs to the bound endpoint; MCP tools
 //! go to their registered server; both through the outbound guard. Virtual tools never reach
-//! here (the provider runs them); Agent and CritiqueLoop tools run sub-flows, which this
-//! executor does not do yet, so their calls fail with a message saying so.
+//! here (the provider runs them). Agent tools run their flow as a child request through an
+//! [`AgentRunner`]; CritiqueLoop tools are not run yet and fail with a message saying so.
 
 use std::time::Duration;
 
@@ -21,6 +21,24 @@ pub trait McpDirectory: Send + Sync {
     async fn server(&self, id: &str) -> Option<McpServer>;
 }
 
+/// Runs an Agent tool's flow as a child request (the api crate implements it: it knows flows,
+/// routing and the log). Depth limits and cycle checks are its business too.
+#[async_trait]
+pub trait AgentRunner: Send + Sync {
+    async fn run_agent(&self, tool: &Tool, arguments: Map<String, Value>) -> AgentOutcome;
+}
+
+/// What a sub-agent produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentOutcome {
+    /// The child's final text, or why it could not run or failed.
+    pub result: Result<String, String>,
+    /// The child request, when one was started.
+    pub child_request_id: Option<String>,
+    /// Everything the child's subtree cost, in credits.
+    pub child_credits: i64,
+}
+
 /// What one call produced, with where it went.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolOutcome {
@@ -29,6 +47,9 @@ pub struct ToolOutcome {
     /// The endpoint called, without query or credentials.
     pub target_url: Option<String>,
     pub origin_source: Option<OriginSource>,
+    /// Agent tools: the child request and its subtree's cost.
+    pub child_request_id: Option<String>,
+    pub child_credits: Option<i64>,
 }
 
 impl ToolOutcome {
@@ -37,6 +58,8 @@ impl ToolOutcome {
             result: Err(message.into()),
             target_url: None,
             origin_source: None,
+            child_request_id: None,
+            child_credits: None,
         }
     }
 }
@@ -46,6 +69,8 @@ pub struct Dispatcher<'a> {
     pub client: &'a GuardedClient,
     pub context: CallContext<'a>,
     pub mcp: &'a dyn McpDirectory,
+    /// Runs Agent tools; without one they fail with a message saying so.
+    pub agents: Option<&'a dyn AgentRunner>,
     pub timeout: Duration,
 }
 
@@ -83,6 +108,8 @@ impl Dispatcher<'_> {
                     result: outcome.result.map_err(|e| e.to_string()),
                     target_url: outcome.target_url,
                     origin_source: Some(outcome.origin_source),
+                    child_request_id: None,
+                    child_credits: None,
                 }
             }
             ToolType::Mcp => self.call_mcp(tool, arguments).await,
@@ -90,10 +117,25 @@ impl Dispatcher<'_> {
                 "'{}' is run by the model provider itself and cannot be called as a function",
                 tool.name
             )),
-            ToolType::Agent | ToolType::CritiqueLoop => ToolOutcome::failed(format!(
-                "'{}' is a {} tool; sub-agent execution is not available in this version of Baton",
-                tool.name,
-                tool.tool_type.as_str()
+            ToolType::Agent => match self.agents {
+                Some(agents) => {
+                    let outcome = agents.run_agent(tool, arguments).await;
+                    ToolOutcome {
+                        result: outcome.result,
+                        target_url: None,
+                        origin_source: None,
+                        child_request_id: outcome.child_request_id,
+                        child_credits: Some(outcome.child_credits),
+                    }
+                }
+                None => ToolOutcome::failed(format!(
+                    "'{}' is an Agent tool and this run cannot start sub-agents",
+                    tool.name
+                )),
+            },
+            ToolType::CritiqueLoop => ToolOutcome::failed(format!(
+                "'{}' is a CritiqueLoop tool; critique loops are not available in this version of Baton",
+                tool.name
             )),
         }
     }
@@ -131,6 +173,8 @@ impl Dispatcher<'_> {
             result,
             target_url,
             origin_source: Some(OriginSource::Tool),
+            child_request_id: None,
+            child_credits: None,
         }
     }
 }

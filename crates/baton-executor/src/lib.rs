@@ -10,7 +10,7 @@ pub mod dispatch;
 pub mod tool_loop;
 pub mod toolset;
 
-pub use dispatch::{Dispatcher, McpDirectory, ToolOutcome};
+pub use dispatch::{AgentOutcome, AgentRunner, Dispatcher, McpDirectory, ToolOutcome};
 pub use tool_loop::{
     DEFAULT_MAX_TOOL_ITERATIONS, LoopFailure, LoopOutcome, ModelTurns, ToolEvents, run_tool_loop,
 };

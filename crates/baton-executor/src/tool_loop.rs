@@ -171,6 +171,8 @@ async fn run_turn(
             duration_ms: 0,
             error: None,
             turn,
+            child_request_id: None,
+            child_credits_used: None,
         };
         let Some(tool) = tools.get(&call.name) else {
             let message = format!(
@@ -214,6 +216,8 @@ async fn run_turn(
         if let Some(source) = outcome.origin_source {
             record.origin_source = Some(source.as_str().to_string());
         }
+        record.child_request_id = outcome.child_request_id;
+        record.child_credits_used = outcome.child_credits;
         outputs[index] = match outcome.result {
             Ok(text) => {
                 record.status = "succeeded".into();

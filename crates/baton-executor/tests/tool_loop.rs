@@ -107,6 +107,7 @@ async fn calls_of_one_turn_run_in_parallel() {
             callback_origins: &[],
         },
         mcp: &NoMcp,
+        agents: None,
         timeout: Duration::from_secs(5),
     };
     let mut model = Script {
@@ -172,6 +173,7 @@ async fn a_model_failure_keeps_what_was_spent() {
             callback_origins: &[],
         },
         mcp: &NoMcp,
+        agents: None,
         timeout: Duration::from_secs(1),
     };
     let mut model = Script {

@@ -36,7 +36,7 @@ use crate::routes::chat_events::{EventOptions, EventStream, StreamEnd, event_str
 use crate::routes::flows::compile;
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
-use crate::toolrun::{self, Callback, SharedEvents, ToolRunInput};
+use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput};
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -70,6 +70,10 @@ pub struct FlowRunBody {
     /// Per model attempt time limits.
     #[serde(default)]
     pub timeouts: Option<RequestTimeouts>,
+    /// Deepest sub-agent nesting for this request (wins over tools' and the tenant's limits).
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 50)]
+    pub max_agent_depth: Option<u32>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -130,7 +134,7 @@ pub(crate) struct CompiledVersion {
 }
 
 /// Activated versions never change, so compiled ones are cached by id.
-async fn compiled_version(
+pub(crate) async fn compiled_version(
     state: &AppState,
     tenant: &TenantId,
     flow: &Flow,
@@ -150,7 +154,7 @@ async fn compiled_version(
     Ok(compiled)
 }
 
-fn parameter_values(parameters: Option<Map<String, Value>>) -> HashMap<String, String> {
+pub(crate) fn parameter_values(parameters: Option<Map<String, Value>>) -> HashMap<String, String> {
     parameters
         .unwrap_or_default()
         .into_iter()
@@ -202,6 +206,17 @@ pub async fn run_flow(
         .map(|(i, name)| VendorTool::parse(name, &format!("vendorTools[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
     let timeouts = body.timeouts.unwrap_or_default().validated("timeouts")?;
+    if let Some(depth) = body.max_agent_depth
+        && !(1..=baton_domain::tool::MAX_AGENT_DEPTH).contains(&depth)
+    {
+        return Err(ApiError::validation(
+            "maxAgentDepth",
+            format!(
+                "maxAgentDepth must be between 1 and {}",
+                baton_domain::tool::MAX_AGENT_DEPTH
+            ),
+        ));
+    }
     let tenant = principal.tenant.clone();
     let found = state.store.get_flow(&tenant, &flow_ref).await?;
     let flow = found.flow;
@@ -360,8 +375,8 @@ pub async fn run_flow(
     if let Some(record) = log.record_mut() {
         record.environment = Some(environment.clone());
         record.flow_name = Some(flow.name.clone());
-        record.tags = tags;
-        record.customer_external_id = customer;
+        record.tags = tags.clone();
+        record.customer_external_id = customer.clone();
         record.is_debug = body.is_debug;
         record.callback_origin = callback.origin();
         record.warnings = warnings.clone();
@@ -396,6 +411,13 @@ pub async fn run_flow(
             events: SharedEvents::new(request_id.0.clone(), sender),
             earlier_credits: classifier_credits,
             flow_name: flow.name.clone(),
+            scope: AgentScope::root(
+                &request_id.0,
+                &flow.id,
+                body.max_agent_depth,
+                tags,
+                customer,
+            ),
         };
         if let Some(receiver) = receiver {
             // The run goes on to the end (and is logged) even if the client leaves.
@@ -408,7 +430,7 @@ pub async fn run_flow(
         let result = toolrun::run(input).await?;
         warnings.extend(result.warnings);
         let response = result.response;
-        let total = result.cost.billed.0.saturating_add(classifier_credits);
+        let total = result.tree_credits.saturating_add(classifier_credits);
         let json = has_schema
             .then(|| serde_json::from_str(&response.text).ok())
             .flatten();

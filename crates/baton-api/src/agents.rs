@@ -1,0 +1,353 @@
+//! Agent tools (SPEC.md "Agent tool"): the model calls the tool, and the target flow's active
+//! version runs as a child request of the caller, with its own tool loop; its text is the tool
+//! result. Depth limits and cycles are refused as failed tool calls (DESIGN.md "Agents, tools,
+//! safety"); the parent run goes on.
+
+use std::sync::atomic::Ordering;
+
+use async_trait::async_trait;
+use baton_domain::TenantId;
+use baton_domain::chat::{InferenceRequest, Message, Role};
+use baton_domain::run::RunKind;
+use baton_domain::settings::DEFAULT_MAX_AGENT_DEPTH;
+use baton_domain::tool::Tool;
+use baton_executor::{AgentOutcome, AgentRunner, DEFAULT_MAX_TOOL_ITERATIONS, ToolSet};
+use baton_providers::routing::{ModelSelection, Named};
+use baton_providers::structured::OutputSchema;
+use serde_json::{Map, Value, json};
+
+use crate::gateway::{RequestTimeouts, plan_call};
+use crate::routes::flow_runs::{compiled_version, parameter_values};
+use crate::runlog::{Pricing, RunLog};
+use crate::state::AppState;
+use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput};
+
+/// Characters of a sub-agent's answer shown in `resultPreview`.
+const PREVIEW_CHARS: usize = 200;
+
+/// Starts sub-agents for the run whose scope it holds.
+pub struct TreeRunner {
+    pub state: AppState,
+    pub tenant: TenantId,
+    pub scope: AgentScope,
+    pub environment: String,
+    pub callback: Callback,
+    pub events: SharedEvents,
+}
+
+fn failed(message: String) -> AgentOutcome {
+    AgentOutcome {
+        result: Err(message),
+        child_request_id: None,
+        child_credits: 0,
+    }
+}
+
+impl TreeRunner {
+    pub fn max_depth_reached(&self) -> u32 {
+        self.scope.deepest.load(Ordering::Relaxed)
+    }
+
+    /// Everything before the child's first model call; `Err` is the message for the parent.
+    async fn prepare(&self, tool: &Tool, arguments: Map<String, Value>) -> Result<Child, String> {
+        let state = &self.state;
+        let target = tool
+            .config
+            .agent_template_id
+            .as_deref()
+            .ok_or_else(|| format!("Agent tool '{}' names no flow", tool.name))?;
+        let found = state
+            .store
+            .get_flow(&self.tenant, target)
+            .await
+            .map_err(|_| {
+                format!(
+                    "AGENT_NOT_FOUND: the flow '{target}' of agent '{}' does not exist",
+                    tool.name
+                )
+            })?;
+        let flow = found.flow;
+        if self.scope.ancestors.contains(&flow.id) {
+            return Err(format!(
+                "AGENT_CYCLE: agent '{}' would run flow '{}', which is already running above it in this agent chain; an agent cannot call itself, directly or indirectly",
+                tool.name, flow.name
+            ));
+        }
+        let settings = state
+            .tenant_settings(&self.tenant)
+            .await
+            .map_err(|e| e.to_string())?;
+        let limit = self
+            .scope
+            .max_depth
+            .or(tool.config.max_agent_depth)
+            .unwrap_or(if settings.default_max_agent_depth == 0 {
+                DEFAULT_MAX_AGENT_DEPTH
+            } else {
+                settings.default_max_agent_depth
+            });
+        let depth = self.scope.depth + 1;
+        if depth > limit {
+            return Err(format!(
+                "AGENT_DEPTH_EXCEEDED: agent '{}' would run at depth {depth}, past the limit of {limit}",
+                tool.name
+            ));
+        }
+        // The parent's environment when the flow is active there, else its first.
+        let environment = if flow.active_versions.contains_key(&self.environment) {
+            self.environment.clone()
+        } else {
+            found.environments.first().cloned().ok_or_else(|| {
+                format!(
+                    "the flow '{}' of agent '{}' has no active version",
+                    flow.name, tool.name
+                )
+            })?
+        };
+        let version_id = flow
+            .active_versions
+            .get(&environment)
+            .cloned()
+            .ok_or_else(|| format!("the flow '{}' has no active version", flow.name))?;
+        let compiled = compiled_version(state, &self.tenant, &flow, &version_id)
+            .await
+            .map_err(|e| e.to_string())?;
+        let template_name = compiled.version.entrypoint.clone();
+        let template = compiled
+            .version
+            .template(&template_name)
+            .ok_or_else(|| format!("the flow '{}' has no entrypoint template", flow.name))?
+            .clone();
+        let values = parameter_values(Some(arguments));
+        let rendered = compiled
+            .library
+            .render(&template_name, &values)
+            .map_err(|e| e.to_string())?;
+        let mut messages = Vec::with_capacity(2);
+        if !rendered.system.trim().is_empty() {
+            messages.push(Message::text(Role::System, rendered.system));
+        }
+        match rendered.user.filter(|u| !u.trim().is_empty()) {
+            Some(user) => messages.push(Message::text(Role::User, user)),
+            // A template without a user message still gets the caller's input.
+            None => {
+                if let Some(input) = values.get("input") {
+                    messages.push(Message::text(Role::User, input.clone()));
+                }
+            }
+        }
+        if messages.is_empty() {
+            return Err(format!(
+                "the flow '{}' renders to nothing to send",
+                flow.name
+            ));
+        }
+        let schema = template
+            .response_schema
+            .as_ref()
+            .map(OutputSchema::compile)
+            .transpose()
+            .map_err(|e| {
+                format!(
+                    "the flow '{}' has an invalid responseSchema: {e}",
+                    flow.name
+                )
+            })?;
+        let request = InferenceRequest {
+            messages,
+            temperature: template.temperature,
+            response_format: template.response_schema.clone().map(|schema| {
+                baton_domain::chat::ResponseFormat::JsonSchema {
+                    name: "response".into(),
+                    schema,
+                    strict: None,
+                }
+            }),
+            stream_usage: true,
+            ..InferenceRequest::default()
+        };
+        let selection = ModelSelection {
+            configured: template
+                .llm
+                .as_deref()
+                .map(|name| Named { name, param: "llm" }),
+            fallbacks: &template.fallbacks,
+            fallbacks_param: "fallbacks",
+            ..ModelSelection::default()
+        };
+        let plan = plan_call(
+            state,
+            &self.tenant,
+            &settings,
+            selection,
+            &request,
+            None,
+            RequestTimeouts::default(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let tools = ToolSet::new(
+            state
+                .store
+                .tools_by_ids(&self.tenant, &template.tool_ids)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
+        let mut ancestors = self.scope.ancestors.clone();
+        ancestors.push(flow.id.clone());
+        Ok(Child {
+            id: uuid::Uuid::now_v7().to_string(),
+            flow_id: flow.id,
+            flow_name: flow.name,
+            template_name,
+            environment,
+            values,
+            request,
+            schema,
+            plan,
+            tools,
+            max_iterations: template
+                .max_tool_calls
+                .unwrap_or(DEFAULT_MAX_TOOL_ITERATIONS),
+            depth,
+            ancestors,
+            pricing: Pricing::new(state.providers.catalogue().clone(), &settings),
+            callback_origins: settings.callback_origins.clone(),
+        })
+    }
+}
+
+struct Child {
+    id: String,
+    flow_id: String,
+    flow_name: String,
+    template_name: String,
+    environment: String,
+    values: std::collections::HashMap<String, String>,
+    request: InferenceRequest,
+    schema: Option<OutputSchema>,
+    plan: crate::gateway::CallPlan,
+    tools: ToolSet,
+    max_iterations: u32,
+    depth: u32,
+    ancestors: Vec<String>,
+    pricing: Pricing,
+    callback_origins: Vec<baton_domain::origin::CallbackOrigin>,
+}
+
+fn preview(text: &str) -> String {
+    match text.char_indices().nth(PREVIEW_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+#[async_trait]
+impl AgentRunner for TreeRunner {
+    async fn run_agent(&self, tool: &Tool, arguments: Map<String, Value>) -> AgentOutcome {
+        let child = match self.prepare(tool, arguments).await {
+            Ok(child) => child,
+            Err(message) => return failed(message),
+        };
+        let role = tool.name.clone();
+        let events = self.events.child(&role);
+        self.events.emit(
+            "agentStarted",
+            json!({"agentRole": role, "templateId": child.flow_id, "templateName": child.template_name,
+                   "parentRequestId": self.scope.run_id, "childRequestId": child.id,
+                   "parameters": child.values}),
+        );
+        self.scope.deepest.fetch_max(child.depth, Ordering::Relaxed);
+        self.scope.spawns.fetch_add(1, Ordering::Relaxed);
+        let started = std::time::Instant::now();
+        let mut log = RunLog::start(
+            self.state.runs.clone(),
+            child.pricing.clone(),
+            child.id.clone(),
+            self.tenant.clone(),
+            RunKind::Flow,
+            child.plan.chain.requested.clone(),
+        );
+        if let Some(record) = log.record_mut() {
+            record.root_id = self.scope.root_id.clone();
+            record.parent_id = Some(self.scope.run_id.clone());
+            record.depth = child.depth;
+            record.agent_role = Some(role.clone());
+            record.environment = Some(child.environment.clone());
+            record.flow_name = Some(child.flow_name.clone());
+            record.tags = self.scope.tags.clone();
+            record.customer_external_id = self.scope.customer.clone();
+            record.callback_origin = self.callback.origin();
+        }
+        log.set_request(json!({
+            "flowId": child.flow_id, "templateName": child.template_name,
+            "parameters": child.values, "request": child.request,
+        }));
+        let scope = AgentScope {
+            root_id: self.scope.root_id.clone(),
+            run_id: child.id.clone(),
+            depth: child.depth,
+            ancestors: child.ancestors,
+            max_depth: self.scope.max_depth,
+            tags: self.scope.tags.clone(),
+            customer: self.scope.customer.clone(),
+            deepest: self.scope.deepest.clone(),
+            spawns: self.scope.spawns.clone(),
+        };
+        let input = ToolRunInput {
+            state: self.state.clone(),
+            tenant: self.tenant.clone(),
+            plan: child.plan,
+            request: child.request,
+            schema: child.schema,
+            log,
+            pricing: child.pricing,
+            tools: child.tools,
+            max_iterations: child.max_iterations,
+            environment: child.environment,
+            parameters: child.values,
+            callback: self.callback.clone(),
+            callback_origins: child.callback_origins,
+            events: events.clone(),
+            earlier_credits: 0,
+            flow_name: child.flow_name,
+            scope,
+        };
+        let duration_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        match toolrun::run(input).await {
+            Ok(result) => {
+                let spawned = result
+                    .tool_calls
+                    .iter()
+                    .filter(|c| c.child_request_id.is_some())
+                    .count();
+                self.events.emit(
+                    "agentCompleted",
+                    json!({"childRequestId": child.id, "agentRole": role, "durationMs": duration_ms(),
+                           "totalCreditsUsed": result.tree_credits, "directCreditsUsed": result.cost.billed.0,
+                           "inferenceCount": result.inferences, "toolCallCount": result.tool_calls.len(),
+                           "childAgentCount": spawned, "status": "completed",
+                           "resultPreview": preview(&result.response.text)}),
+                );
+                AgentOutcome {
+                    result: Ok(result.response.text),
+                    child_request_id: Some(child.id),
+                    child_credits: result.tree_credits,
+                }
+            }
+            Err(error) => {
+                self.events.emit(
+                    "agentFailed",
+                    json!({"childRequestId": child.id, "agentRole": role, "durationMs": duration_ms(),
+                           "code": error.code(), "message": error.to_string(), "status": "failed"}),
+                );
+                AgentOutcome {
+                    result: Err(format!("agent '{role}' failed: {error}")),
+                    child_request_id: Some(child.id),
+                    // What the child spent before failing is logged on its run.
+                    child_credits: 0,
+                }
+            }
+        }
+    }
+}

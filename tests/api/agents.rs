@@ -1,0 +1,260 @@
+//! Agent tools: sub-agents as child requests, costs per agent and across the tree, events with
+//! agent paths, depth limits and cycles refused as failed tool calls.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::chat::wait_for_run;
+use crate::tools::{Setup, calls, setup, tool_messages};
+use baton_testkit::Reply;
+
+impl Setup {
+    /// An empty flow (its `main` template is set later): Agent tools need the flow to exist.
+    async fn empty_flow(&self, title: &str) -> (String, String) {
+        let flow = self
+            .ok(Method::POST, "/api/v1/flows", Some(json!({"title": title})))
+            .await;
+        let slug = flow["name"].as_str().unwrap().to_string();
+        let versions = self
+            .ok(Method::GET, &format!("/api/v1/flows/{slug}/versions"), None)
+            .await;
+        (slug, versions[0]["id"].as_str().unwrap().to_string())
+    }
+
+    async fn finish_flow(&self, (slug, version): &(String, String), template: Value) {
+        self.ok(
+            Method::PUT,
+            &format!("/api/v1/flows/{slug}/versions/{version}/templates/main"),
+            Some(template),
+        )
+        .await;
+        let _ = self
+            .call(
+                Method::POST,
+                "/api/v1/environments",
+                Some(json!({"name": "production"})),
+            )
+            .await;
+        self.ok(
+            Method::POST,
+            &format!("/api/v1/flows/{slug}/versions/{version}/environments"),
+            Some(json!({"environment": "production"})),
+        )
+        .await;
+    }
+
+    async fn agent_tool(&self, name: &str, flow: &str, max_depth: Option<u32>) -> String {
+        let mut body = json!({"name": name, "toolType": "Agent", "agentTemplateId": flow,
+                              "description": format!("Ask the {name}")});
+        if let Some(depth) = max_depth {
+            body["maxAgentDepth"] = json!(depth);
+        }
+        self.tool(body).await
+    }
+}
+
+/// Credits of one mock answer (10 tokens in, 5 out) on gpt-4o-mini.
+async fn credits_per_call(s: &Setup) -> i64 {
+    let descriptors = s.ok(Method::GET, "/api/v1/models/descriptors", None).await;
+    let mini = descriptors
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "openai/gpt-4o-mini")
+        .unwrap()
+        .clone();
+    let micro = 10 * mini["inputCreditsPerMillion"].as_i64().unwrap()
+        + 5 * mini["outputCreditsPerMillion"].as_i64().unwrap();
+    (micro + 500_000) / 1_000_000
+}
+
+fn events_of(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
+    let s = setup().await;
+    let root = s.empty_flow("Editor").await;
+    let middle = s.empty_flow("Researcher").await;
+    let leaf = s.empty_flow("Fact checker").await;
+    let researcher = s.agent_tool("researcher", &middle.0, None).await;
+    let checker = s.agent_tool("fact_checker", &leaf.0, None).await;
+    s.finish_flow(
+        &root,
+        json!({"template": "You edit.", "userTemplate": "[[topic]]", "toolIds": [researcher],
+               "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &middle,
+        json!({"template": "You research: [[input]]", "toolIds": [checker], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &leaf,
+        json!({"template": "You check facts.", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+
+    s.mock.push(calls(&[(
+        "r1",
+        "researcher",
+        json!({"input": "find rust facts"}),
+    )]));
+    s.mock.push(calls(&[(
+        "f1",
+        "fact_checker",
+        json!({"input": "is rust from 2015?"}),
+    )]));
+    s.mock.push(Reply::text("Yes, 2015."));
+    s.mock.push(Reply::text("Rust 1.0: 2015 (checked)."));
+    s.mock.push(Reply::text("Final: Rust 1.0 shipped in 2015."));
+    let response = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true, "parameters": {"topic": "rust"}, "tags": ["Team:docs"]}))
+        .header("X-Baton-Customer-Id", "cust-7")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let events = events_of(&response.text().await.unwrap());
+    let of = |t: &str| -> Vec<&Value> { events.iter().filter(|e| e["type"] == t).collect() };
+
+    // Each agent's model calls carry its path and depth.
+    let inferences = of("agentInferenceCompleted");
+    assert_eq!(inferences.len(), 5);
+    let paths: Vec<(Value, Value)> = inferences
+        .iter()
+        .map(|e| (e["agentPath"].clone(), e["depth"].clone()))
+        .collect();
+    assert!(paths.contains(&(json!([]), json!(0))));
+    assert!(paths.contains(&(json!(["researcher"]), json!(1))));
+    assert!(paths.contains(&(json!(["researcher", "fact_checker"]), json!(2))));
+    let started = of("agentStarted");
+    assert_eq!(started.len(), 2);
+    assert_eq!(started[0]["data"]["agentRole"], "researcher");
+    assert_eq!(started[1]["data"]["agentRole"], "fact_checker");
+    assert_eq!(started[1]["depth"], 1, "emitted by its parent");
+
+    let c = credits_per_call(&s).await;
+    let completed = of("agentCompleted");
+    let checker_done = completed
+        .iter()
+        .find(|e| e["data"]["agentRole"] == "fact_checker")
+        .unwrap();
+    assert_eq!(checker_done["data"]["totalCreditsUsed"], c);
+    let researcher_done = completed
+        .iter()
+        .find(|e| e["data"]["agentRole"] == "researcher")
+        .unwrap();
+    assert_eq!(researcher_done["data"]["directCreditsUsed"], 2 * c);
+    assert_eq!(researcher_done["data"]["totalCreditsUsed"], 3 * c);
+    assert_eq!(researcher_done["data"]["childAgentCount"], 1);
+    let tool_done = of("toolCompleted");
+    let researcher_call = tool_done
+        .iter()
+        .find(|e| e["data"]["toolName"] == "researcher")
+        .unwrap();
+    assert_eq!(researcher_call["data"]["childCreditsUsed"], 3 * c);
+    let end = of("requestCompleted");
+    assert_eq!(end[0]["data"]["totalCreditsUsed"], 5 * c);
+    assert_eq!(end[0]["data"]["totalAgentSpawns"], 2);
+    assert_eq!(end[0]["data"]["maxDepthReached"], 2);
+    assert_eq!(
+        end[0]["data"]["result"]["textResponse"],
+        "Final: Rust 1.0 shipped in 2015."
+    );
+
+    // The log holds the tree: root, child, grandchild, each with its direct cost.
+    let root_id = events[0]["requestId"].as_str().unwrap().to_string();
+    let root_run = wait_for_run(&s.app, &root_id).await;
+    assert_eq!(root_run.cost_credits, 2 * c);
+    let child_id = researcher_call["data"]["childRequestId"].as_str().unwrap();
+    let child = wait_for_run(&s.app, child_id).await;
+    assert_eq!(child.parent_id.as_deref(), Some(root_id.as_str()));
+    assert_eq!(child.root_id, root_id);
+    assert_eq!(child.depth, 1);
+    assert_eq!(child.agent_role.as_deref(), Some("researcher"));
+    assert_eq!(child.cost_credits, 2 * c);
+    assert_eq!(child.tags, ["Team:docs"], "tags are inherited");
+    assert_eq!(child.customer_external_id.as_deref(), Some("cust-7"));
+    let grandchild_id = child.tool_calls[0].child_request_id.clone().unwrap();
+    let grandchild = wait_for_run(&s.app, &grandchild_id).await;
+    assert_eq!(grandchild.parent_id.as_deref(), Some(child_id));
+    assert_eq!(grandchild.depth, 2);
+    assert_eq!(grandchild.cost_credits, c);
+    // The child's answer was the parent's tool result.
+    let results = tool_messages(&s.mock, 4);
+    assert!(results[0]["content"].to_string().contains("(checked)"));
+}
+
+#[tokio::test]
+async fn depth_limits_and_cycles_fail_the_tool_call_not_the_run() {
+    let s = setup().await;
+    let top = s.empty_flow("Top").await;
+    let middle = s.empty_flow("Middle").await;
+    let bottom = s.empty_flow("Bottom").await;
+    let to_middle = s.agent_tool("middle", &middle.0, None).await;
+    let to_bottom = s.agent_tool("bottom", &bottom.0, Some(1)).await;
+    let back_to_top = s.agent_tool("top_again", &top.0, None).await;
+    s.finish_flow(
+        &top,
+        json!({"template": "t", "toolIds": [to_middle], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &middle,
+        json!({"template": "m [[input]]", "toolIds": [to_bottom, back_to_top], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &bottom,
+        json!({"template": "b [[input]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.mock
+        .push(calls(&[("m1", "middle", json!({"input": "go"}))]));
+    s.mock.push(calls(&[
+        ("b1", "bottom", json!({"input": "deeper"})),
+        ("t1", "top_again", json!({"input": "loop"})),
+    ]));
+    s.mock.push(Reply::text("middle gave up on both"));
+    s.mock.push(Reply::text("top is done"));
+    let run = s.run(&top.0, json!({}), &[]).await;
+    assert_eq!(run["status"], "Succeeded");
+    assert_eq!(run["output"]["text"], "top is done");
+    let told: Vec<String> = tool_messages(&s.mock, 2)
+        .iter()
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(told[0].contains("AGENT_DEPTH_EXCEEDED"), "{told:?}");
+    assert!(told[1].contains("AGENT_CYCLE"), "{told:?}");
+    // No model was called for the refused agents: four calls in all.
+    assert_eq!(s.mock.received().len(), 4);
+    // The request's own limit wins over the tool's: depth 2 is allowed now.
+    s.mock
+        .push(calls(&[("m1", "middle", json!({"input": "go"}))]));
+    s.mock.push(calls(&[
+        ("b1", "bottom", json!({"input": "deeper"})),
+        ("t1", "top_again", json!({"input": "loop"})),
+    ]));
+    s.mock.push(Reply::text("bottom answer"));
+    s.mock.push(Reply::text("middle is done"));
+    s.mock.push(Reply::text("top is done again"));
+    let run = s.run(&top.0, json!({"maxAgentDepth": 5}), &[]).await;
+    assert_eq!(run["output"]["text"], "top is done again");
+    let told: Vec<String> = tool_messages(&s.mock, 7)
+        .iter()
+        .map(|m| m["content"].to_string())
+        .collect();
+    assert!(told[0].contains("bottom answer"), "{told:?}");
+    assert!(told[1].contains("AGENT_CYCLE"), "{told:?}");
+}
