@@ -258,3 +258,159 @@ async fn depth_limits_and_cycles_fail_the_tool_call_not_the_run() {
     assert!(told[0].contains("bottom answer"), "{told:?}");
     assert!(told[1].contains("AGENT_CYCLE"), "{told:?}");
 }
+
+#[tokio::test]
+async fn sub_agents_get_context_tools_with_scoped_state() {
+    let s = setup().await;
+    let root = s.empty_flow("Boss").await;
+    let middle = s.empty_flow("Planner").await;
+    let leaf = s.empty_flow("Worker").await;
+    let planner = s.agent_tool("planner", &middle.0, None).await;
+    let worker = s.agent_tool("worker", &leaf.0, None).await;
+    s.finish_flow(
+        &root,
+        json!({"template": "boss", "userTemplate": "[[topic]]", "toolIds": [planner], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &middle,
+        json!({"template": "plan [[input]]", "toolIds": [worker], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &leaf,
+        json!({"template": "work [[input]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.mock
+        .push(calls(&[("p", "planner", json!({"input": "plan it"}))]));
+    s.mock.push(calls(&[
+        ("s1", "set_state", json!({"key": "goal", "value": "ship"})),
+        ("c1", "get_context", json!({})),
+    ]));
+    s.mock
+        .push(calls(&[("w", "worker", json!({"input": "do it"}))]));
+    s.mock.push(calls(&[
+        ("g1", "get_state", json!({"key": "goal"})),
+        ("o1", "get_original_input", json!({})),
+        ("c2", "get_context", json!({})),
+    ]));
+    s.mock.push(Reply::text("worker done"));
+    s.mock.push(Reply::text("planner done"));
+    s.mock.push(Reply::text("all done"));
+    let run = s
+        .run(
+            &root.0,
+            json!({"parameters": {"topic": "release rust"}}),
+            &[],
+        )
+        .await;
+    assert_eq!(run["output"]["text"], "all done");
+    // The root itself is offered no context tools; sub-agents are.
+    let offered = |n: usize| -> Vec<String> {
+        s.mock.received()[n].body["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .map(|t| t["function"]["name"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert!(!offered(0).contains(&"get_context".to_string()));
+    assert!(offered(1).contains(&"get_state".to_string()));
+
+    let parse = |m: &Value| -> Value {
+        serde_json::from_str(
+            m["content"]
+                .as_str()
+                .unwrap_or_else(|| m["content"][0]["text"].as_str().unwrap()),
+        )
+        .unwrap()
+    };
+    let planner_results = tool_messages(&s.mock, 2);
+    let context = parse(&planner_results[1]);
+    assert_eq!(context["depth"], 1);
+    assert_eq!(context["agentPath"], json!(["planner"]));
+    let worker_results = tool_messages(&s.mock, 4);
+    assert_eq!(
+        parse(&worker_results[0])["value"],
+        "ship",
+        "an ancestor's state"
+    );
+    assert_eq!(
+        parse(&worker_results[1])["messages"],
+        json!(["release rust"]),
+        "the root's user messages"
+    );
+    let context = parse(&worker_results[2]);
+    assert_eq!(context["depth"], 2);
+    assert_eq!(context["agentPath"], json!(["planner", "worker"]));
+    assert!(context["costUsedCredits"].as_i64().unwrap() > 0);
+}
+
+#[tokio::test]
+async fn a_cost_ceiling_hit_in_a_child_stops_the_whole_tree() {
+    let s = setup().await;
+    let root = s.empty_flow("Spender").await;
+    let child = s.empty_flow("Helper").await;
+    let helper = s.agent_tool("helper", &child.0, None).await;
+    s.finish_flow(
+        &root,
+        json!({"template": "t", "toolIds": [helper], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &child,
+        json!({"template": "h [[input]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    let c = credits_per_call(&s).await;
+    assert!(c > 0);
+    s.mock
+        .push(calls(&[("h", "helper", json!({"input": "spend"}))]));
+    let response = s
+        .app
+        .post(
+            &format!("/api/v1/flows/{}/runs", root.0),
+            &s.key,
+            json!({"maxCostPerRequestCredits": c}),
+        )
+        .await;
+    let error = response.error(402, "COST_LIMIT_EXCEEDED");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{c} credits")),
+        "{error}"
+    );
+    // The root's first call spent the budget: the child and the root made no further call.
+    assert_eq!(s.mock.received().len(), 1);
+
+    // Streamed: an `error` event with the code, not recoverable, then `requestFailed`.
+    s.mock
+        .push(calls(&[("h", "helper", json!({"input": "spend"}))]));
+    let text = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true, "maxCostPerRequestCredits": c}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = events_of(&text);
+    let errors: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "error" && e["depth"] == 0)
+        .collect();
+    assert_eq!(errors[0]["data"]["code"], "COST_LIMIT_EXCEEDED");
+    assert_eq!(errors[0]["data"]["recoverable"], false);
+    assert!(events.iter().any(|e| e["type"] == "requestFailed"));
+    assert!(events.iter().any(|e| e["type"] == "agentFailed"));
+}

@@ -192,7 +192,8 @@ impl TreeRunner {
                 .tools_by_ids(&self.tenant, &template.tool_ids)
                 .await
                 .map_err(|e| e.to_string())?,
-        );
+        )
+        .with_context_tools();
         let mut ancestors = self.scope.ancestors.clone();
         ancestors.push(flow.id.clone());
         Ok(Child {
@@ -293,6 +294,15 @@ impl AgentRunner for TreeRunner {
             customer: self.scope.customer.clone(),
             deepest: self.scope.deepest.clone(),
             spawns: self.scope.spawns.clone(),
+            agent_path: {
+                let mut path = self.scope.agent_path.clone();
+                path.push(role.clone());
+                path
+            },
+            state: self.scope.state.child(),
+            original_input: self.scope.original_input.clone(),
+            spent: self.scope.spent.clone(),
+            budget: self.scope.budget,
         };
         let input = ToolRunInput {
             state: self.state.clone(),

@@ -12,13 +12,17 @@ use baton_domain::chat::{InferenceRequest, InferenceResponse, ToolCall, Usage};
 use baton_domain::origin::CallbackOrigin;
 use baton_domain::run::{RunWarning, ToolCallRecord};
 use baton_domain::tool::McpServer;
-use baton_executor::{Dispatcher, LoopFailure, McpDirectory, ModelTurns, ToolEvents, ToolSet};
+use baton_executor::{
+    AgentContext, Dispatcher, LoopFailure, McpDirectory, ModelTurns, StateScope, ToolEvents,
+    ToolSet,
+};
 use baton_ledger::Cost;
 use baton_providers::routing::ChainModel;
 use baton_providers::structured::OutputSchema;
 use baton_store::Store;
 use baton_tools::external::CallContext;
 use serde_json::{Map, Value, json};
+use std::sync::atomic::AtomicI64;
 use tokio::sync::mpsc;
 use url::Url;
 
@@ -219,6 +223,20 @@ struct GatewayTurns<'a> {
     usage: Usage,
     served: Option<ChainModel>,
     failed_model: Option<ChainModel>,
+    /// The tree's spend and ceiling.
+    spent: Arc<AtomicI64>,
+    budget: Option<i64>,
+}
+
+/// The error that stops a tree at its ceiling (402 for a synchronous request).
+pub fn cost_limit_exceeded(budget: i64) -> ApiError {
+    ApiError::Status {
+        status: axum::http::StatusCode::PAYMENT_REQUIRED,
+        code: "COST_LIMIT_EXCEEDED",
+        message: format!(
+            "the request reached its cost ceiling of {budget} credits; no further model calls were made"
+        ),
+    }
 }
 
 #[async_trait]
@@ -229,6 +247,12 @@ impl ModelTurns for GatewayTurns<'_> {
         &mut self,
         request: &mut InferenceRequest,
     ) -> Result<InferenceResponse, ApiError> {
+        // The ceiling is checked before every model call of the tree.
+        if let Some(budget) = self.budget
+            && self.spent.load(std::sync::atomic::Ordering::Relaxed) >= budget
+        {
+            return Err(cost_limit_exceeded(budget));
+        }
         let inference_id = uuid::Uuid::now_v7().to_string();
         let planned = self.plan.chain.primary();
         self.events.emit(
@@ -263,6 +287,8 @@ impl ModelTurns for GatewayTurns<'_> {
                     &response.usage,
                 );
                 self.cost = self.cost.plus(cost);
+                self.spent
+                    .fetch_add(cost.billed.0, std::sync::atomic::Ordering::Relaxed);
                 self.usage.add(response.usage);
                 self.events.emit(
                     "agentInferenceCompleted",
@@ -297,6 +323,8 @@ impl ModelTurns for GatewayTurns<'_> {
                         &failure.spent,
                     );
                     self.cost = self.cost.plus(cost);
+                    self.spent
+                        .fetch_add(cost.billed.0, std::sync::atomic::Ordering::Relaxed);
                 }
                 self.usage.add(failure.spent);
                 self.failed_model = failure.model;
@@ -347,6 +375,16 @@ pub struct AgentScope {
     pub deepest: Arc<std::sync::atomic::AtomicU32>,
     /// Sub-agents started anywhere in the tree (shared by the whole tree).
     pub spawns: Arc<std::sync::atomic::AtomicU32>,
+    /// Agent roles from the root to this run.
+    pub agent_path: Vec<String>,
+    /// This agent's state frame (context tools).
+    pub state: StateScope,
+    /// The root request's user messages (`get_original_input`).
+    pub original_input: Arc<Vec<String>>,
+    /// Credits the whole tree has spent (shared by the whole tree).
+    pub spent: Arc<AtomicI64>,
+    /// The request's cost ceiling across the tree, in credits.
+    pub budget: Option<i64>,
 }
 
 impl AgentScope {
@@ -357,8 +395,15 @@ impl AgentScope {
         max_depth: Option<u32>,
         tags: Vec<String>,
         customer: Option<String>,
+        original_input: Vec<String>,
+        budget: Option<i64>,
     ) -> AgentScope {
         AgentScope {
+            agent_path: Vec::new(),
+            state: StateScope::default(),
+            original_input: Arc::new(original_input),
+            spent: Arc::new(AtomicI64::new(0)),
+            budget,
             root_id: run_id.to_string(),
             run_id: run_id.to_string(),
             depth: 0,
@@ -416,6 +461,15 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
                    "toolCount": tools.definitions().len() + tools.vendor_tools().len()}),
         );
     }
+    // Sub-agents answer the context tools (the root has none).
+    let agent_context = (!is_root).then(|| AgentContext {
+        depth: scope.depth,
+        agent_path: scope.agent_path.clone(),
+        original_input: scope.original_input.clone(),
+        state: scope.state.clone(),
+        spent: scope.spent.clone(),
+        budget: scope.budget,
+    });
     let agents = crate::agents::TreeRunner {
         state: state.clone(),
         tenant: tenant.clone(),
@@ -439,6 +493,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
         },
         mcp: &mcp,
         agents: Some(&agents),
+        agent_context: agent_context.as_ref(),
         timeout: state.config.tool_call_timeout,
     };
     let mut observer = events.clone();
@@ -455,6 +510,8 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
         usage: Usage::default(),
         served: None,
         failed_model: None,
+        spent: scope.spent.clone(),
+        budget: scope.budget,
     };
     let outcome = baton_executor::run_tool_loop(
         &mut turns,

@@ -71,6 +71,8 @@ pub struct Dispatcher<'a> {
     pub mcp: &'a dyn McpDirectory,
     /// Runs Agent tools; without one they fail with a message saying so.
     pub agents: Option<&'a dyn AgentRunner>,
+    /// A sub-agent's context tools answer from this.
+    pub agent_context: Option<&'a crate::context::AgentContext>,
     pub timeout: Duration,
 }
 

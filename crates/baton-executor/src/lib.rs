@@ -6,10 +6,12 @@
 //! - [`dispatch`]: one tool call, by tool type (External, MCP; Virtual tools run at the provider).
 //! - [`tool_loop`]: the loop itself: model turn, all calls of the turn in parallel, repeat.
 
+pub mod context;
 pub mod dispatch;
 pub mod tool_loop;
 pub mod toolset;
 
+pub use context::{AgentContext, StateScope};
 pub use dispatch::{AgentOutcome, AgentRunner, Dispatcher, McpDirectory, ToolOutcome};
 pub use tool_loop::{
     DEFAULT_MAX_TOOL_ITERATIONS, LoopFailure, LoopOutcome, ModelTurns, ToolEvents, run_tool_loop,

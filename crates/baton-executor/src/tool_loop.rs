@@ -174,6 +174,28 @@ async fn run_turn(
             child_request_id: None,
             child_credits_used: None,
         };
+        if tools.is_context_tool(&call.name) {
+            record.tool_type = "Context".into();
+            let answer = tools
+                .check_arguments(&call.name, &call.arguments)
+                .and_then(|arguments| {
+                    events.tool_started(call, &arguments, &record);
+                    dispatcher
+                        .agent_context
+                        .ok_or_else(|| "context tools answer only in sub-agents".to_string())
+                        .and_then(|context| context.call(&call.name, &arguments))
+                });
+            outputs[index] = match answer {
+                Ok(text) => {
+                    record.status = "succeeded".into();
+                    events.tool_finished(&record, &text);
+                    records.push(record);
+                    text
+                }
+                Err(message) => finish_failed(&mut record, message, events, records),
+            };
+            continue;
+        }
         let Some(tool) = tools.get(&call.name) else {
             let message = format!(
                 "there is no tool named '{}'; available tools: {}",

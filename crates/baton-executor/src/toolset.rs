@@ -8,7 +8,8 @@ use baton_domain::tool::{Tool, ToolType};
 use serde_json::{Map, Value};
 
 struct Entry {
-    tool: Arc<Tool>,
+    /// `None` for a context tool (answered in-process, no record).
+    tool: Option<Arc<Tool>>,
     /// `None` when the schema itself could not be compiled: arguments then pass unchecked.
     validator: Option<jsonschema::Validator>,
 }
@@ -55,12 +56,34 @@ impl ToolSet {
             set.entries.insert(
                 tool.name.clone(),
                 Entry {
-                    tool: Arc::new(tool),
+                    tool: Some(Arc::new(tool)),
                     validator,
                 },
             );
         }
         set
+    }
+
+    /// Adds the context tools of a sub-agent (they replace a library tool of the same name).
+    pub fn with_context_tools(mut self) -> ToolSet {
+        for definition in crate::context::AgentContext::definitions() {
+            self.definitions.retain(|d| d.name != definition.name);
+            let validator = jsonschema::validator_for(&definition.parameters).ok();
+            self.entries.insert(
+                definition.name.clone(),
+                Entry {
+                    tool: None,
+                    validator,
+                },
+            );
+            self.definitions.push(definition);
+        }
+        self
+    }
+
+    /// Whether `name` is a context tool of this set.
+    pub fn is_context_tool(&self, name: &str) -> bool {
+        self.entries.get(name).is_some_and(|e| e.tool.is_none())
     }
 
     pub fn is_empty(&self) -> bool {
@@ -78,7 +101,7 @@ impl ToolSet {
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
-        self.entries.get(name).map(|e| &e.tool)
+        self.entries.get(name).and_then(|e| e.tool.as_ref())
     }
 
     /// The model's arguments as an object, checked against the tool's schema. The error says

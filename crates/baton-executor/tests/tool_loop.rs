@@ -108,6 +108,7 @@ async fn calls_of_one_turn_run_in_parallel() {
         },
         mcp: &NoMcp,
         agents: None,
+        agent_context: None,
         timeout: Duration::from_secs(5),
     };
     let mut model = Script {
@@ -174,6 +175,7 @@ async fn a_model_failure_keeps_what_was_spent() {
         },
         mcp: &NoMcp,
         agents: None,
+        agent_context: None,
         timeout: Duration::from_secs(1),
     };
     let mut model = Script {

@@ -74,6 +74,10 @@ pub struct FlowRunBody {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 50)]
     pub max_agent_depth: Option<u32>,
+    /// Cost ceiling of the whole agent tree, in credits; it can only lower the tenant's.
+    #[serde(default)]
+    #[schema(minimum = 1)]
+    pub max_cost_per_request_credits: Option<i64>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -206,6 +210,12 @@ pub async fn run_flow(
         .map(|(i, name)| VendorTool::parse(name, &format!("vendorTools[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
     let timeouts = body.timeouts.unwrap_or_default().validated("timeouts")?;
+    if body.max_cost_per_request_credits.is_some_and(|c| c < 1) {
+        return Err(ApiError::validation(
+            "maxCostPerRequestCredits",
+            "maxCostPerRequestCredits must be at least 1",
+        ));
+    }
     if let Some(depth) = body.max_agent_depth
         && !(1..=baton_domain::tool::MAX_AGENT_DEPTH).contains(&depth)
     {
@@ -387,6 +397,20 @@ pub async fn run_flow(
     }));
 
     if !tools.is_empty() {
+        let original_input: Vec<String> = request
+            .messages
+            .iter()
+            .filter(|m| m.role == Role::User)
+            .map(Message::joined_text)
+            .collect();
+        // A request may lower the tenant's ceiling, never raise it.
+        let budget = match (
+            settings.max_cost_per_request_credits,
+            body.max_cost_per_request_credits,
+        ) {
+            (Some(tenant), Some(request)) => Some(tenant.min(request)),
+            (tenant, request) => tenant.or(request),
+        };
         let live = body.stream.then(mpsc::unbounded_channel);
         let (sender, receiver) = match live {
             Some((sender, receiver)) => (Some(sender), Some(receiver)),
@@ -417,6 +441,8 @@ pub async fn run_flow(
                 body.max_agent_depth,
                 tags,
                 customer,
+                original_input,
+                budget,
             ),
         };
         if let Some(receiver) = receiver {
