@@ -414,3 +414,86 @@ async fn a_cost_ceiling_hit_in_a_child_stops_the_whole_tree() {
     assert!(events.iter().any(|e| e["type"] == "requestFailed"));
     assert!(events.iter().any(|e| e["type"] == "agentFailed"));
 }
+
+#[tokio::test]
+async fn a_critique_loop_iterates_until_the_critic_approves_or_the_limit() {
+    let s = setup().await;
+    let root = s.empty_flow("Poet").await;
+    let drafter = s.empty_flow("Drafter").await;
+    let reviewer = s.empty_flow("Reviewer").await;
+    let polish = s
+        .tool(
+            json!({"name": "polish", "toolType": "CritiqueLoop", "producerFlowId": drafter.0,
+                     "criticFlowId": reviewer.0, "maxLoopIterations": 2}),
+        )
+        .await;
+    s.finish_flow(
+        &root,
+        json!({"template": "poet", "toolIds": [polish], "llm": "openai/gpt-4o-mini", "temperature": 0.9}),
+    )
+    .await;
+    s.finish_flow(
+        &drafter,
+        json!({"template": "Draft.", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini", "temperature": 0.8}),
+    )
+    .await;
+    s.finish_flow(
+        &reviewer,
+        json!({"template": "Review. Answer {\"approved\": bool, \"feedback\": string}.", "userTemplate": "[[input]]",
+               "llm": "openai/gpt-4o-mini", "temperature": 0.7}),
+    )
+    .await;
+
+    // Approved on the second iteration.
+    s.mock.push(calls(&[(
+        "p",
+        "polish",
+        json!({"input": "a haiku about rain"}),
+    )]));
+    s.mock.push(Reply::text("draft one"));
+    s.mock.push(Reply::text(
+        r#"{"approved": false, "feedback": "mention the sea"}"#,
+    ));
+    s.mock.push(Reply::text("draft two, with the sea"));
+    s.mock
+        .push(Reply::text(r#"{"approved": true, "feedback": ""}"#));
+    s.mock.push(Reply::text("here it is"));
+    let run = s.run(&root.0, json!({}), &[]).await;
+    assert_eq!(run["output"]["text"], "here it is");
+    let received = s.mock.received();
+    assert_eq!(received.len(), 6);
+    assert_eq!(received[2].body["temperature"], 0.0, "the critic runs at 0");
+    assert_eq!(received[4].body["temperature"], 0.0);
+    assert!(
+        received[3].body["messages"]
+            .to_string()
+            .contains("mention the sea"),
+        "the producer gets the feedback"
+    );
+    assert!(
+        received[2].body["messages"]
+            .to_string()
+            .contains("draft one"),
+        "the critic gets the answer"
+    );
+    let result = tool_messages(&s.mock, 5)[0]["content"].to_string();
+    assert!(result.contains("draft two, with the sea"), "{result}");
+    let call = &run["toolCalls"][0];
+    assert_eq!(call["toolType"], "CritiqueLoop");
+    assert_eq!(call["status"], "succeeded");
+
+    // Never approved: the loop stops after maxLoopIterations with the last answer.
+    s.mock
+        .push(calls(&[("p", "polish", json!({"input": "a limerick"}))]));
+    for round in 1..=2 {
+        s.mock.push(Reply::text(format!("limerick {round}")));
+        s.mock
+            .push(Reply::text(r#"{"approved": false, "feedback": "funnier"}"#));
+    }
+    s.mock.push(Reply::text("best I could do"));
+    let run = s.run(&root.0, json!({}), &[]).await;
+    assert_eq!(run["output"]["text"], "best I could do");
+    let result = tool_messages(&s.mock, 11)[0]["content"].to_string();
+    assert!(result.contains("limerick 2"), "{result}");
+    assert_eq!(s.mock.received().len(), 12);
+}

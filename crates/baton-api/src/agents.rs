@@ -49,13 +49,13 @@ impl TreeRunner {
     }
 
     /// Everything before the child's first model call; `Err` is the message for the parent.
-    async fn prepare(&self, tool: &Tool, arguments: Map<String, Value>) -> Result<Child, String> {
+    async fn prepare(
+        &self,
+        sub: &SubRun<'_>,
+        arguments: Map<String, Value>,
+    ) -> Result<Child, String> {
         let state = &self.state;
-        let target = tool
-            .config
-            .agent_template_id
-            .as_deref()
-            .ok_or_else(|| format!("Agent tool '{}' names no flow", tool.name))?;
+        let target = sub.flow;
         let found = state
             .store
             .get_flow(&self.tenant, target)
@@ -63,34 +63,32 @@ impl TreeRunner {
             .map_err(|_| {
                 format!(
                     "AGENT_NOT_FOUND: the flow '{target}' of agent '{}' does not exist",
-                    tool.name
+                    sub.name
                 )
             })?;
         let flow = found.flow;
         if self.scope.ancestors.contains(&flow.id) {
             return Err(format!(
                 "AGENT_CYCLE: agent '{}' would run flow '{}', which is already running above it in this agent chain; an agent cannot call itself, directly or indirectly",
-                tool.name, flow.name
+                sub.name, flow.name
             ));
         }
         let settings = state
             .tenant_settings(&self.tenant)
             .await
             .map_err(|e| e.to_string())?;
-        let limit = self
-            .scope
-            .max_depth
-            .or(tool.config.max_agent_depth)
-            .unwrap_or(if settings.default_max_agent_depth == 0 {
+        let limit = self.scope.max_depth.or(sub.max_depth).unwrap_or(
+            if settings.default_max_agent_depth == 0 {
                 DEFAULT_MAX_AGENT_DEPTH
             } else {
                 settings.default_max_agent_depth
-            });
+            },
+        );
         let depth = self.scope.depth + 1;
         if depth > limit {
             return Err(format!(
                 "AGENT_DEPTH_EXCEEDED: agent '{}' would run at depth {depth}, past the limit of {limit}",
-                tool.name
+                sub.name
             ));
         }
         // The parent's environment when the flow is active there, else its first.
@@ -100,7 +98,7 @@ impl TreeRunner {
             found.environments.first().cloned().ok_or_else(|| {
                 format!(
                     "the flow '{}' of agent '{}' has no active version",
-                    flow.name, tool.name
+                    flow.name, sub.name
                 )
             })?
         };
@@ -155,7 +153,7 @@ impl TreeRunner {
             })?;
         let request = InferenceRequest {
             messages,
-            temperature: template.temperature,
+            temperature: sub.temperature.or(template.temperature),
             response_format: template.response_schema.clone().map(|schema| {
                 baton_domain::chat::ResponseFormat::JsonSchema {
                     name: "response".into(),
@@ -243,14 +241,27 @@ fn preview(text: &str) -> String {
     }
 }
 
-#[async_trait]
-impl AgentRunner for TreeRunner {
-    async fn run_agent(&self, tool: &Tool, arguments: Map<String, Value>) -> AgentOutcome {
-        let child = match self.prepare(tool, arguments).await {
+/// One child request: which flow, in which role, with what overrides.
+pub(crate) struct SubRun<'a> {
+    /// The agent role (the tool's name; `name.producer#2` inside a critique loop).
+    pub name: String,
+    pub flow: &'a str,
+    pub max_depth: Option<u32>,
+    /// The critic always runs at temperature 0.
+    pub temperature: Option<f64>,
+}
+
+impl TreeRunner {
+    pub(crate) async fn run_child(
+        &self,
+        sub: SubRun<'_>,
+        arguments: Map<String, Value>,
+    ) -> AgentOutcome {
+        let child = match self.prepare(&sub, arguments).await {
             Ok(child) => child,
             Err(message) => return failed(message),
         };
-        let role = tool.name.clone();
+        let role = sub.name.clone();
         let events = self.events.child(&role);
         self.events.emit(
             "agentStarted",
@@ -359,5 +370,25 @@ impl AgentRunner for TreeRunner {
                 }
             }
         }
+    }
+}
+
+#[async_trait]
+impl AgentRunner for TreeRunner {
+    async fn run_agent(&self, tool: &Tool, arguments: Map<String, Value>) -> AgentOutcome {
+        let Some(flow) = tool.config.agent_template_id.as_deref() else {
+            return failed(format!("Agent tool '{}' names no flow", tool.name));
+        };
+        let sub = SubRun {
+            name: tool.name.clone(),
+            flow,
+            max_depth: tool.config.max_agent_depth,
+            temperature: None,
+        };
+        self.run_child(sub, arguments).await
+    }
+
+    async fn run_critique(&self, tool: &Tool, arguments: Map<String, Value>) -> AgentOutcome {
+        crate::critique::run(self, tool, arguments).await
     }
 }

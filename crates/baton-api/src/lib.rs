@@ -6,6 +6,7 @@ pub mod auth;
 pub mod cache;
 pub mod compat;
 pub mod context;
+pub mod critique;
 pub mod error;
 pub mod events;
 pub mod extract;

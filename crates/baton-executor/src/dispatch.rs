@@ -1,7 +1,7 @@
 //! One tool call, by tool type. External tools are HTTP GETs to the bound endpoint; MCP tools
 //! go to their registered server; both through the outbound guard. Virtual tools never reach
-//! here (the provider runs them). Agent tools run their flow as a child request through an
-//! [`AgentRunner`]; CritiqueLoop tools are not run yet and fail with a message saying so.
+//! here (the provider runs them). Agent and CritiqueLoop tools run their flows as child
+//! requests through an [`AgentRunner`].
 
 use std::time::Duration;
 
@@ -26,6 +26,8 @@ pub trait McpDirectory: Send + Sync {
 #[async_trait]
 pub trait AgentRunner: Send + Sync {
     async fn run_agent(&self, tool: &Tool, arguments: Map<String, Value>) -> AgentOutcome;
+    /// A CritiqueLoop tool: producer and critic flows until the critic approves.
+    async fn run_critique(&self, tool: &Tool, arguments: Map<String, Value>) -> AgentOutcome;
 }
 
 /// What a sub-agent produced.
@@ -119,9 +121,13 @@ impl Dispatcher<'_> {
                 "'{}' is run by the model provider itself and cannot be called as a function",
                 tool.name
             )),
-            ToolType::Agent => match self.agents {
+            ToolType::Agent | ToolType::CritiqueLoop => match self.agents {
                 Some(agents) => {
-                    let outcome = agents.run_agent(tool, arguments).await;
+                    let outcome = if tool.tool_type == ToolType::Agent {
+                        agents.run_agent(tool, arguments).await
+                    } else {
+                        agents.run_critique(tool, arguments).await
+                    };
                     ToolOutcome {
                         result: outcome.result,
                         target_url: None,
@@ -131,14 +137,11 @@ impl Dispatcher<'_> {
                     }
                 }
                 None => ToolOutcome::failed(format!(
-                    "'{}' is an Agent tool and this run cannot start sub-agents",
-                    tool.name
+                    "'{}' is a {} tool and this run cannot start sub-agents",
+                    tool.name,
+                    tool.tool_type.as_str()
                 )),
             },
-            ToolType::CritiqueLoop => ToolOutcome::failed(format!(
-                "'{}' is a CritiqueLoop tool; critique loops are not available in this version of Baton",
-                tool.name
-            )),
         }
     }
 
