@@ -20,10 +20,7 @@ use crate::gateway::{RequestTimeouts, plan_call};
 use crate::routes::flow_runs::{compiled_version, parameter_values};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
-use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput};
-
-/// Characters of a sub-agent's answer shown in `resultPreview`.
-const PREVIEW_CHARS: usize = 200;
+use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput, preview};
 
 /// Starts sub-agents for the run whose scope it holds.
 pub struct TreeRunner {
@@ -232,13 +229,6 @@ struct Child {
     ancestors: Vec<String>,
     pricing: Pricing,
     callback_origins: Vec<baton_domain::origin::CallbackOrigin>,
-}
-
-fn preview(text: &str) -> String {
-    match text.char_indices().nth(PREVIEW_CHARS) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text.to_string(),
-    }
 }
 
 /// One child request: which flow, in which role, with what overrides.

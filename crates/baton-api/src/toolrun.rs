@@ -168,7 +168,8 @@ impl SharedEvents {
     }
 }
 
-fn preview(text: &str) -> String {
+/// The start of a result or answer, for `resultPreview`.
+pub(crate) fn preview(text: &str) -> String {
     match text.char_indices().nth(PREVIEW_CHARS) {
         Some((cut, _)) => format!("{}…", &text[..cut]),
         None => text.to_string(),

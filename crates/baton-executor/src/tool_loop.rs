@@ -185,15 +185,7 @@ async fn run_turn(
                         .ok_or_else(|| "context tools answer only in sub-agents".to_string())
                         .and_then(|context| context.call(&call.name, &arguments))
                 });
-            outputs[index] = match answer {
-                Ok(text) => {
-                    record.status = "succeeded".into();
-                    events.tool_finished(&record, &text);
-                    records.push(record);
-                    text
-                }
-                Err(message) => finish_failed(&mut record, message, events, records),
-            };
+            outputs[index] = finish(record, answer, events, records);
             continue;
         }
         let Some(tool) = tools.get(&call.name) else {
@@ -240,17 +232,27 @@ async fn run_turn(
         }
         record.child_request_id = outcome.child_request_id;
         record.child_credits_used = outcome.child_credits;
-        outputs[index] = match outcome.result {
-            Ok(text) => {
-                record.status = "succeeded".into();
-                events.tool_finished(&record, &text);
-                records.push(record);
-                text
-            }
-            Err(message) => finish_failed(&mut record, message, events, records),
-        };
+        outputs[index] = finish(record, outcome.result, events, records);
     }
     outputs
+}
+
+/// Records a finished call and returns what the model receives.
+fn finish(
+    mut record: ToolCallRecord,
+    result: Result<String, String>,
+    events: &mut dyn ToolEvents,
+    records: &mut Vec<ToolCallRecord>,
+) -> String {
+    match result {
+        Ok(text) => {
+            record.status = "succeeded".into();
+            events.tool_finished(&record, &text);
+            records.push(record);
+            text
+        }
+        Err(message) => finish_failed(&mut record, message, events, records),
+    }
 }
 
 fn finish_failed(

@@ -396,6 +396,14 @@ pub async fn run_flow(
         "parameters": values, "request": request,
     }));
 
+    let identity = RunIdentity {
+        id: request_id.0.clone(),
+        flow_id: flow.id.clone(),
+        flow_name: flow.name.clone(),
+        version_id: version_id.clone(),
+        environment: environment.clone(),
+        template_name: template_name.clone(),
+    };
     if !tools.is_empty() {
         let original_input: Vec<String> = request
             .messages
@@ -455,47 +463,18 @@ pub async fn run_flow(
         let requested = input.plan.chain.requested.clone();
         let result = toolrun::run(input).await?;
         warnings.extend(result.warnings);
-        let response = result.response;
-        let total = result.tree_credits.saturating_add(classifier_credits);
-        let json = has_schema
-            .then(|| serde_json::from_str(&response.text).ok())
-            .flatten();
-        let served = if response.model.is_empty() {
-            result.served.model.as_str()
-        } else {
-            response.model.as_str()
-        };
-        return Ok(axum::Json(FlowRunResponse {
-            id: request_id.0,
-            flow_id: flow.id,
-            flow_name: flow.name,
-            version_id,
-            environment,
-            template_name,
-            status: "Succeeded",
-            finish_reason: response.finish_reason.as_openai(),
-            model: requested,
-            served_model: format!("{}/{served}", result.served.provider),
+        let answered = Answered {
+            requested,
+            served: result.served,
             fallback_used: result.fallback_used,
-            usage: RunUsage {
-                tokens_in: response.usage.tokens_in,
-                tokens_out: response.usage.tokens_out,
-                reasoning_tokens: response.usage.reasoning_tokens,
-                cost_credits: result.cost.billed.0,
-                cost_usd: result.cost.billed.to_usd(),
-                total_credits_used: total,
-                total_cost_usd: baton_domain::credits::Credits(total).to_usd(),
-            },
-            output: RunOutput {
-                text: response.text,
-                json,
-                citations: response.citations,
-            },
+            direct_credits: result.cost.billed.0,
+            total_credits: result.tree_credits.saturating_add(classifier_credits),
             tool_calls: result.tool_calls,
             warnings,
-            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-        })
-        .into_response());
+            has_schema,
+            started,
+        };
+        return Ok(axum::Json(answered.into_response(identity, result.response)).into_response());
     }
 
     let primary = plan.chain.primary().cloned();
@@ -561,43 +540,89 @@ pub async fn run_flow(
         response.model.as_str()
     };
     let cost = pricing.cost(provider, served, model, &response.usage);
-    let served_model = format!("{provider}/{served}");
     log.succeed(provider, model, &response).await;
-    let total = cost.billed.0.saturating_add(classifier_credits);
-    let json = schema
-        .as_ref()
-        .and_then(|_| serde_json::from_str(&response.text).ok());
-    Ok(axum::Json(FlowRunResponse {
-        id: request_id.0,
-        flow_id: flow.id,
-        flow_name: flow.name,
-        version_id,
-        environment,
-        template_name,
-        status: "Succeeded",
-        finish_reason: response.finish_reason.as_openai(),
-        model: plan.chain.requested,
-        served_model,
+    let answered = Answered {
+        requested: plan.chain.requested,
+        served: answer.model,
         fallback_used: answer.fallback_used,
-        usage: RunUsage {
-            tokens_in: response.usage.tokens_in,
-            tokens_out: response.usage.tokens_out,
-            reasoning_tokens: response.usage.reasoning_tokens,
-            cost_credits: cost.billed.0,
-            cost_usd: cost.billed.to_usd(),
-            total_credits_used: total,
-            total_cost_usd: baton_domain::credits::Credits(total).to_usd(),
-        },
-        output: RunOutput {
-            text: response.text,
-            json,
-            citations: response.citations,
-        },
+        direct_credits: cost.billed.0,
+        total_credits: cost.billed.0.saturating_add(classifier_credits),
         tool_calls: Vec::new(),
         warnings,
-        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    })
-    .into_response())
+        has_schema,
+        started,
+    };
+    Ok(axum::Json(answered.into_response(identity, response)).into_response())
+}
+
+/// Which run answered: the ids and names every flow run response starts with.
+struct RunIdentity {
+    id: String,
+    flow_id: String,
+    flow_name: String,
+    version_id: String,
+    environment: String,
+    template_name: String,
+}
+
+/// How a run's answer came about: the model, its costs and what happened on the way.
+struct Answered {
+    requested: String,
+    served: baton_providers::routing::ChainModel,
+    fallback_used: bool,
+    /// This run's own model calls.
+    direct_credits: i64,
+    /// The whole request (classifier and sub-agents included).
+    total_credits: i64,
+    tool_calls: Vec<ToolCallRecord>,
+    warnings: Vec<RunWarning>,
+    has_schema: bool,
+    started: std::time::Instant,
+}
+
+impl Answered {
+    fn into_response(self, identity: RunIdentity, response: InferenceResponse) -> FlowRunResponse {
+        let served = if response.model.is_empty() {
+            self.served.model.as_str()
+        } else {
+            response.model.as_str()
+        };
+        let json = self
+            .has_schema
+            .then(|| serde_json::from_str(&response.text).ok())
+            .flatten();
+        let credits = baton_domain::credits::Credits;
+        FlowRunResponse {
+            id: identity.id,
+            flow_id: identity.flow_id,
+            flow_name: identity.flow_name,
+            version_id: identity.version_id,
+            environment: identity.environment,
+            template_name: identity.template_name,
+            status: "Succeeded",
+            finish_reason: response.finish_reason.as_openai(),
+            model: self.requested,
+            served_model: format!("{}/{served}", self.served.provider),
+            fallback_used: self.fallback_used,
+            usage: RunUsage {
+                tokens_in: response.usage.tokens_in,
+                tokens_out: response.usage.tokens_out,
+                reasoning_tokens: response.usage.reasoning_tokens,
+                cost_credits: self.direct_credits,
+                cost_usd: credits(self.direct_credits).to_usd(),
+                total_credits_used: self.total_credits,
+                total_cost_usd: credits(self.total_credits).to_usd(),
+            },
+            output: RunOutput {
+                text: response.text,
+                json,
+                citations: response.citations,
+            },
+            tool_calls: self.tool_calls,
+            warnings: self.warnings,
+            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        }
+    }
 }
 
 enum Choice {
