@@ -497,3 +497,85 @@ async fn a_critique_loop_iterates_until_the_critic_approves_or_the_limit() {
     assert!(result.contains("limerick 2"), "{result}");
     assert_eq!(s.mock.received().len(), 12);
 }
+
+#[tokio::test]
+async fn cancelling_a_run_stops_its_whole_tree_and_keeps_what_was_produced() {
+    let s = setup().await;
+    let root = s.empty_flow("Manager").await;
+    let child = s.empty_flow("Sleeper").await;
+    let worker = s.agent_tool("worker", &child.0, None).await;
+    let nap = s
+        .tool(json!({"name": "nap", "toolType": "External",
+                     "webUrl": format!("{}/sleep?ms=1500", s.host.origin())}))
+        .await;
+    s.finish_flow(
+        &root,
+        json!({"template": "t", "toolIds": [worker], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &child,
+        json!({"template": "w [[input]]", "toolIds": [nap], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.mock
+        .push(calls(&[("w", "worker", json!({"input": "sleep"}))]));
+    s.mock.push(calls(&[("n", "nap", json!({}))]));
+    s.mock.push(Reply::text("never asked"));
+    let response = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let run_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    // While the child's tool sleeps, cancel the root.
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    let cancel = s
+        .call(Method::POST, &format!("/api/v1/runs/{run_id}/cancel"), None)
+        .await;
+    assert_eq!(cancel.status, 202, "{}", cancel.text);
+    assert!(cancel.json()["cancelRequestedAt"].is_string());
+    let events = events_of(&response.text().await.unwrap());
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    let error = types
+        .iter()
+        .position(|t| *t == "error")
+        .expect("an error event");
+    assert_eq!(events[error]["data"]["code"], "RUN_CANCELLED");
+    assert_eq!(types.last(), Some(&"requestCompleted"), "{types:?}");
+    assert!(error < types.len() - 1);
+    // The in-flight work finished; no model call was made after the cancel.
+    assert_eq!(s.mock.received().len(), 2);
+    assert_eq!(s.host.requests().len(), 1);
+
+    let root_run = wait_for_run(&s.app, &run_id).await;
+    assert!(root_run.cancel_requested_at.is_some());
+    assert!(
+        root_run
+            .cancel_requested_by
+            .as_deref()
+            .unwrap()
+            .starts_with("apiKey:")
+    );
+    assert!(root_run.cancelled_at.is_some());
+    assert_eq!(root_run.status, baton_domain::run::RunStatus::Succeeded);
+    assert!(root_run.warnings.iter().any(|w| w.code == "Cancelled"));
+    assert!(root_run.cost_credits > 0, "what was produced is billed");
+    let child_id = root_run.tool_calls[0].child_request_id.clone().unwrap();
+    let child_run = wait_for_run(&s.app, &child_id).await;
+    assert!(
+        child_run.cancelled_at.is_some(),
+        "the sub-agent stopped too"
+    );
+    // A finished run cannot be cancelled again.
+    s.call(Method::POST, &format!("/api/v1/runs/{run_id}/cancel"), None)
+        .await
+        .error(409, "CONFLICT");
+}

@@ -492,7 +492,10 @@ async fn catalogue_and_providers_are_listed() {
 pub async fn wait_for_run(app: &TestApp, id: &str) -> baton_domain::run::RunRecord {
     let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
     for _ in 0..100 {
-        if let Ok(run) = app.store.get_run(&tenant, id).await {
+        // Tool runs are queued as Pending first: wait for the finished row.
+        if let Ok(run) = app.store.get_run(&tenant, id).await
+            && run.completed_at.is_some()
+        {
             return run;
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;

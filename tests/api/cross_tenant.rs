@@ -161,6 +161,10 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             format!("/api/v1/flows/{flow_id}/runs"),
         ),
         ("/api/v1/runs/{runId}", format!("/api/v1/runs/{run_id}")),
+        (
+            "/api/v1/runs/{runId}/cancel",
+            format!("/api/v1/runs/{run_id}/cancel"),
+        ),
         ("/api/v1/tools/{id}", format!("/api/v1/tools/{tool_id}")),
         (
             "/api/v1/tools/{id}/usage",

@@ -31,6 +31,7 @@ const EXPECTED: &[(&str, &str)] = &[
     ("GET", "/api/v1/routing-rules/{id}"),
     ("PUT", "/api/v1/routing-rules/{id}"),
     ("DELETE", "/api/v1/routing-rules/{id}"),
+    ("POST", "/api/v1/runs/{runId}/cancel"),
     ("GET", "/api/v1/tools"),
     ("POST", "/api/v1/tools"),
     ("GET", "/api/v1/tools/{id}"),

@@ -300,6 +300,11 @@ impl TreeRunner {
                 path.push(role.clone());
                 path
             },
+            run_chain: {
+                let mut chain = self.scope.run_chain.clone();
+                chain.push(child.id.clone());
+                chain
+            },
             state: self.scope.state.child(),
             original_input: self.scope.original_input.clone(),
             spent: self.scope.spent.clone(),

@@ -265,6 +265,19 @@ impl RunLog {
         }
     }
 
+    /// Queues the run as `Pending` now, so it can be found (and cancelled) while it runs; the
+    /// final write replaces the row.
+    pub async fn queue_pending(&self) {
+        if let Some(record) = &self.record
+            && let Err(err) = self
+                .writer
+                .write(LogItem::Run(Box::new(record.clone())))
+                .await
+        {
+            tracing::warn!(error = %err, "could not queue a pending run row");
+        }
+    }
+
     pub fn attach_events(&mut self, events: Vec<StoredEvent>) {
         self.events.extend(events);
     }

@@ -227,6 +227,37 @@ struct GatewayTurns<'a> {
     /// The tree's spend and ceiling.
     spent: Arc<AtomicI64>,
     budget: Option<i64>,
+    /// This run and its ancestors, whose cancel requests stop it.
+    run_chain: &'a [String],
+}
+
+impl GatewayTurns<'_> {
+    /// A cancel request stored for this run or an ancestor (by any instance) stops it here.
+    async fn check_cancelled(&self) -> Result<(), ApiError> {
+        match self
+            .state
+            .store
+            .cancel_requested(self.tenant, self.run_chain)
+            .await
+        {
+            Ok(true) => Err(run_cancelled()),
+            Ok(false) => Ok(()),
+            Err(error) => {
+                // The database is briefly unreachable: carry on rather than fail the run.
+                tracing::warn!(%error, "could not check for a cancel request");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The error that stops a cancelled run.
+pub fn run_cancelled() -> ApiError {
+    ApiError::Status {
+        status: axum::http::StatusCode::CONFLICT,
+        code: "RUN_CANCELLED",
+        message: "the run was cancelled before it produced anything".into(),
+    }
 }
 
 /// The error that stops a tree at its ceiling (402 for a synchronous request).
@@ -244,10 +275,15 @@ pub fn cost_limit_exceeded(budget: i64) -> ApiError {
 impl ModelTurns for GatewayTurns<'_> {
     type Error = ApiError;
 
+    async fn proceed(&mut self) -> Result<(), ApiError> {
+        self.check_cancelled().await
+    }
+
     async fn call(
         &mut self,
         request: &mut InferenceRequest,
     ) -> Result<InferenceResponse, ApiError> {
+        self.check_cancelled().await?;
         // The ceiling is checked before every model call of the tree.
         if let Some(budget) = self.budget
             && self.spent.load(std::sync::atomic::Ordering::Relaxed) >= budget
@@ -378,6 +414,8 @@ pub struct AgentScope {
     pub spawns: Arc<std::sync::atomic::AtomicU32>,
     /// Agent roles from the root to this run.
     pub agent_path: Vec<String>,
+    /// Request ids from the root to this run: a cancel of any of them stops this run.
+    pub run_chain: Vec<String>,
     /// This agent's state frame (context tools).
     pub state: StateScope,
     /// The root request's user messages (`get_original_input`).
@@ -401,6 +439,7 @@ impl AgentScope {
     ) -> AgentScope {
         AgentScope {
             agent_path: Vec::new(),
+            run_chain: vec![run_id.to_string()],
             state: StateScope::default(),
             original_input: Arc::new(original_input),
             spent: Arc::new(AtomicI64::new(0)),
@@ -452,6 +491,8 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
         flow_name,
         scope,
     } = input;
+    // Findable (and cancellable) while it runs.
+    log.queue_pending().await;
     // A sub-agent's start and end are `agentStarted`/`agentCompleted`, sent by its parent.
     let is_root = scope.depth == 0;
     if is_root {
@@ -513,6 +554,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
         failed_model: None,
         spent: scope.spent.clone(),
         budget: scope.budget,
+        run_chain: &scope.run_chain,
     };
     let outcome = baton_executor::run_tool_loop(
         &mut turns,
@@ -582,6 +624,96 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, ApiError> {
             error,
             usage,
             tool_calls,
+            inferences,
+            last_text,
+        }) if error.code() == "RUN_CANCELLED" => {
+            let warning = RunWarning {
+                code: "Cancelled".into(),
+                message: format!(
+                    "the run was cancelled after {inferences} model call(s) and {} tool call(s)",
+                    tool_calls.len()
+                ),
+                parameter: None,
+            };
+            if is_root {
+                events.emit(
+                    "error",
+                    json!({"code": "RUN_CANCELLED", "message": warning.message,
+                           "agentRole": Value::Null, "recoverable": false}),
+                );
+            }
+            if let Some(record) = log.record_mut() {
+                record.tool_calls = tool_calls.clone();
+                record.warnings.push(warning.clone());
+                record.cancelled_at = Some(baton_domain::Timestamp::now());
+            }
+            let children: i64 = tool_calls
+                .iter()
+                .filter_map(|c| c.child_credits_used)
+                .fold(0, i64::saturating_add);
+            let tree_credits = cost.billed.0.saturating_add(children);
+            if inferences == 0 {
+                if is_root {
+                    events.emit(
+                        "requestFailed",
+                        json!({"code": "RUN_CANCELLED", "message": warning.message}),
+                    );
+                    log.attach_events(events.take_stored());
+                }
+                log.fail_priced(&error, usage, cost).await;
+                if is_root {
+                    events.close();
+                }
+                return Err(error);
+            }
+            // Output so far is kept and billed: the run succeeded, with a warning.
+            let served = served
+                .or(failed_model)
+                .or_else(|| plan.chain.primary().cloned())
+                .unwrap_or_else(|| ChainModel {
+                    provider: String::new(),
+                    model: String::new(),
+                });
+            let response = InferenceResponse {
+                text: last_text,
+                usage,
+                ..InferenceResponse::default()
+            };
+            if is_root {
+                let total = tree_credits.saturating_add(earlier_credits);
+                events.emit(
+                    "requestCompleted",
+                    json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
+                           "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
+                           "totalTokensIn": usage.tokens_in, "totalTokensOut": usage.tokens_out,
+                           "totalInferenceCount": inferences, "totalToolCalls": tool_calls.len(),
+                           "totalAgentSpawns": scope.spawns.load(std::sync::atomic::Ordering::Relaxed),
+                           "maxDepthReached": agents.max_depth_reached(),
+                           "result": {"textResponse": response.text}}),
+                );
+                log.attach_events(events.take_stored());
+            }
+            log.succeed_priced(&served.provider, &served.model, &response, cost)
+                .await;
+            if is_root {
+                events.close();
+            }
+            Ok(ToolRunResult {
+                response,
+                served,
+                fallback_used,
+                cost,
+                tool_calls,
+                warnings: vec![warning],
+                tree_credits,
+                inferences,
+            })
+        }
+        Err(LoopFailure {
+            error,
+            usage,
+            tool_calls,
+            ..
         }) => {
             if is_root {
                 let (code, message) = (error.code(), error.to_string());

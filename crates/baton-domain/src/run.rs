@@ -150,6 +150,11 @@ pub struct RunRecord {
     pub warnings: Vec<RunWarning>,
     /// The origin of `X-Baton-Callback-Url` (never its token), when the request sent one.
     pub callback_origin: Option<String>,
+    /// Set by `POST /runs/{runId}/cancel`; the run stops at its next step.
+    pub cancel_requested_at: Option<Timestamp>,
+    pub cancel_requested_by: Option<String>,
+    /// When the run stopped because of a cancellation.
+    pub cancelled_at: Option<Timestamp>,
     pub is_debug: bool,
     pub created_at: Timestamp,
     pub completed_at: Option<Timestamp>,

@@ -29,6 +29,11 @@ pub trait ModelTurns: Send {
         &mut self,
         request: &mut InferenceRequest,
     ) -> Result<InferenceResponse, Self::Error>;
+
+    /// Asked before each turn of tool calls: an error (a cancellation) stops the loop there.
+    async fn proceed(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
 }
 
 /// Observers of tool calls (the events stream, the log). Calls of one turn finish in any order.
@@ -61,6 +66,10 @@ pub struct LoopFailure<E> {
     pub error: E,
     pub usage: Usage,
     pub tool_calls: Vec<ToolCallRecord>,
+    /// Model calls that answered before the failure.
+    pub inferences: u32,
+    /// The last answer's text (empty when none had text).
+    pub last_text: String,
 }
 
 const LIMIT_NOTE: &str = "The tool call limit of this conversation has been reached. Answer now with the information you have; no more tools can be called.";
@@ -84,6 +93,7 @@ pub async fn run_tool_loop<M: ModelTurns>(
     let mut records: Vec<ToolCallRecord> = Vec::new();
     let mut warnings = Vec::new();
     let mut turn: u32 = 0;
+    let mut last_text = String::new();
     loop {
         let mut response = match model.call(request).await {
             Ok(response) => response,
@@ -92,9 +102,14 @@ pub async fn run_tool_loop<M: ModelTurns>(
                     error,
                     usage,
                     tool_calls: records,
+                    inferences: turn,
+                    last_text,
                 });
             }
         };
+        if !response.text.is_empty() {
+            last_text.clone_from(&response.text);
+        }
         usage.add(response.usage);
         let limit_reached = turn >= max_iterations;
         if response.tool_calls.is_empty() || limit_reached {
@@ -108,6 +123,15 @@ pub async fn run_tool_loop<M: ModelTurns>(
                 tool_calls: records,
                 warnings,
                 inferences: turn + 1,
+            });
+        }
+        if let Err(error) = model.proceed().await {
+            return Err(LoopFailure {
+                error,
+                usage,
+                tool_calls: records,
+                inferences: turn + 1,
+                last_text,
             });
         }
         let calls = response.tool_calls.clone();

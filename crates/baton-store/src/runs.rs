@@ -6,8 +6,9 @@ use std::time::Duration;
 use baton_domain::chat::Usage;
 use baton_domain::run::{RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
-use sea_orm::sea_query::OnConflict;
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, Set};
+
 use tokio::sync::{mpsc, oneshot};
 
 use crate::entity::{run_events, run_tags, runs};
@@ -62,9 +63,9 @@ fn to_active(record: &RunRecord, tenant: &str) -> runs::ActiveModel {
         warnings: Set(json_text(&record.warnings)),
         callback_origin: Set(record.callback_origin.clone()),
         is_debug: Set(record.is_debug),
-        cancel_requested_at: Set(None),
-        cancelled_at: Set(None),
-        cancel_requested_by: Set(None),
+        cancel_requested_at: Set(record.cancel_requested_at.map(to_millis)),
+        cancelled_at: Set(record.cancelled_at.map(to_millis)),
+        cancel_requested_by: Set(record.cancel_requested_by.clone()),
         created_at: Set(to_millis(record.created_at)),
         completed_at: Set(record.completed_at.map(to_millis)),
     }
@@ -116,6 +117,9 @@ fn from_model(m: runs::Model) -> RunRecord {
         tool_calls: serde_json::from_str(&m.tool_calls).unwrap_or_default(),
         warnings: serde_json::from_str(&m.warnings).unwrap_or_default(),
         callback_origin: m.callback_origin,
+        cancel_requested_at: m.cancel_requested_at.map(from_millis),
+        cancel_requested_by: m.cancel_requested_by,
+        cancelled_at: m.cancelled_at.map(from_millis),
         is_debug: m.is_debug,
         created_at: from_millis(m.created_at),
         completed_at: m.completed_at.map(from_millis),
@@ -179,6 +183,7 @@ impl Store {
                             runs::Column::ToolCalls,
                             runs::Column::Warnings,
                             runs::Column::CallbackOrigin,
+                            runs::Column::CancelledAt,
                             runs::Column::CompletedAt,
                         ])
                         .to_owned(),
@@ -231,6 +236,47 @@ impl Store {
             .await?
             .map(from_model)
             .ok_or_else(|| StoreError::not_found("run", id))
+    }
+
+    /// Records a cancel request for a run that has not finished (SPEC.md "Run"): the run and
+    /// its sub-agents see it at their next step. A finished run cannot be cancelled (409).
+    pub async fn request_cancel(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        by: &str,
+    ) -> StoreResult<RunRecord> {
+        let run = self.get_run(tenant, id).await?;
+        if run.completed_at.is_some() {
+            return Err(StoreError::Conflict {
+                resource: "run (it has already finished)",
+            });
+        }
+        if run.cancel_requested_at.is_none() {
+            runs::Entity::update_many()
+                .col_expr(
+                    runs::Column::CancelRequestedAt,
+                    Expr::value(to_millis(Timestamp::now())),
+                )
+                .col_expr(runs::Column::CancelRequestedBy, Expr::value(by.to_string()))
+                .filter(runs::Column::TenantId.eq(tenant.as_str()))
+                .filter(runs::Column::Id.eq(id))
+                .filter(runs::Column::CancelRequestedAt.is_null())
+                .exec(self.conn())
+                .await?;
+        }
+        self.get_run(tenant, id).await
+    }
+
+    /// Whether a cancel was requested for any of `ids` (a run and its ancestors).
+    pub async fn cancel_requested(&self, tenant: &TenantId, ids: &[String]) -> StoreResult<bool> {
+        let found = runs::Entity::find()
+            .filter(runs::Column::TenantId.eq(tenant.as_str()))
+            .filter(runs::Column::Id.is_in(ids.iter().map(String::as_str)))
+            .filter(runs::Column::CancelRequestedAt.is_not_null())
+            .count(self.conn())
+            .await?;
+        Ok(found > 0)
     }
 
     /// Every run of the tenant, oldest first (tests and exports; the paged log comes later).
@@ -476,6 +522,9 @@ pub fn new_record(
         tool_calls: Vec::new(),
         warnings: Vec::new(),
         callback_origin: None,
+        cancel_requested_at: None,
+        cancel_requested_by: None,
+        cancelled_at: None,
         is_debug: false,
         created_at: Timestamp::now(),
         completed_at: None,

@@ -806,3 +806,26 @@ fn live_events(
     });
     futures::StreamExt::chain(envelopes, done)
 }
+
+/// Asks a running run to stop (SPEC.md "Run"): it and every sub-agent stop at their next step;
+/// a model call in flight finishes first and what was produced is kept and billed. The request
+/// is stored, so the instance running the run sees it wherever it was made.
+#[utoipa::path(post, path = "/api/v1/runs/{runId}/cancel", tag = "runs",
+    params(("runId" = String, Path, description = "Run (request) id")),
+    responses(
+        (status = 202, description = "Cancel requested; the run as logged so far", body = Object),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such run", body = ErrorResponse),
+        (status = 409, description = "The run has already finished", body = ErrorResponse),
+    ))]
+pub async fn cancel_run(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(run): PathParam,
+) -> ApiResult<(axum::http::StatusCode, axum::Json<RunRecord>)> {
+    let record = state
+        .store
+        .request_cancel(&principal.tenant, &run, &principal.actor())
+        .await?;
+    Ok((axum::http::StatusCode::ACCEPTED, axum::Json(record)))
+}

@@ -62,6 +62,7 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(flows::flow_parameters))
         .routes(routes!(flow_runs::run_flow))
         .routes(routes!(flow_runs::get_run))
+        .routes(routes!(flow_runs::cancel_run))
         .routes(routes!(export::export))
         .routes(routes!(export::import))
         .routes(routes!(settings::get_settings, settings::update_settings))
