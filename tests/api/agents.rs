@@ -501,6 +501,20 @@ async fn a_critique_loop_iterates_until_the_critic_approves_or_the_limit() {
 #[tokio::test]
 async fn cancelling_a_run_stops_its_whole_tree_and_keeps_what_was_produced() {
     let s = setup().await;
+    cancel_mid_tree(&s, None).await;
+}
+
+/// The cancel is stored: an instance that did not start the run can cancel it.
+#[tokio::test]
+async fn another_instance_can_cancel_a_run() {
+    let s = setup().await;
+    let other = s.app.other_instance().await;
+    cancel_mid_tree(&s, Some(&other.address)).await;
+}
+
+/// A root whose sub-agent sleeps in a tool; the root is cancelled (through `cancel_via`, else
+/// the instance running it) while the tool runs.
+async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
     let root = s.empty_flow("Manager").await;
     let child = s.empty_flow("Sleeper").await;
     let worker = s.agent_tool("worker", &child.0, None).await;
@@ -537,9 +551,16 @@ async fn cancelling_a_run_stops_its_whole_tree_and_keeps_what_was_produced() {
         .to_string();
     // While the child's tool sleeps, cancel the root.
     tokio::time::sleep(std::time::Duration::from_millis(600)).await;
-    let cancel = s
-        .call(Method::POST, &format!("/api/v1/runs/{run_id}/cancel"), None)
-        .await;
+    let cancel = crate::helpers::send(
+        s.app
+            .client
+            .post(format!(
+                "{}/api/v1/runs/{run_id}/cancel",
+                cancel_via.unwrap_or(&s.app.address)
+            ))
+            .bearer_auth(&s.key),
+    )
+    .await;
     assert_eq!(cancel.status, 202, "{}", cancel.text);
     assert!(cancel.json()["cancelRequestedAt"].is_string());
     let events = events_of(&response.text().await.unwrap());

@@ -292,6 +292,35 @@ impl TestApp {
     }
 }
 
+/// Another server process over the same database (caches, writer and router of its own).
+pub struct OtherInstance {
+    pub address: String,
+    _shutdown: oneshot::Sender<()>,
+}
+
+impl TestApp {
+    pub async fn other_instance(&self) -> OtherInstance {
+        let mut config = Config::for_database(&self.db.url()).expect("config");
+        config.bind = "127.0.0.1:0".parse().unwrap();
+        config.auth.jwt_secret = Some(SecretString::from(TEST_JWT_SECRET));
+        config.database.max_connections = 5;
+        let app = Application::build(&config).await.expect("build app");
+        let address = format!("http://127.0.0.1:{}", app.port());
+        let (tx, rx) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = app
+                .run_until(async move {
+                    let _ = rx.await;
+                })
+                .await;
+        });
+        OtherInstance {
+            address,
+            _shutdown: tx,
+        }
+    }
+}
+
 impl Drop for TestApp {
     fn drop(&mut self) {
         if let Some(tx) = self.shutdown.take() {
