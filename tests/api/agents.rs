@@ -119,7 +119,8 @@ async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
         .client
         .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
         .bearer_auth(&s.key)
-        .json(&json!({"stream": true, "parameters": {"topic": "rust"}, "tags": ["Team:docs"]}))
+        .json(&json!({"stream": true, "parameters": {"topic": "rust"}, "tags": ["Team:docs"],
+                      "stream_options": {"include_tool_results": true, "include_agent_results": true}}))
         .header("X-Baton-Customer-Id", "cust-7")
         .send()
         .await
@@ -164,6 +165,27 @@ async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
         .find(|e| e["data"]["toolName"] == "researcher")
         .unwrap();
     assert_eq!(researcher_call["data"]["childCreditsUsed"], 3 * c);
+    // Full results were asked for.
+    assert_eq!(
+        researcher_call["data"]["result"],
+        "Rust 1.0: 2015 (checked)."
+    );
+    assert_eq!(checker_done["data"]["result"], "Yes, 2015.");
+    // Usage updates count the tree's agents.
+    let usage = of("usageUpdate");
+    let most_active = usage
+        .iter()
+        .map(|e| e["data"]["activeAgents"].as_u64().unwrap())
+        .max();
+    assert_eq!(most_active, Some(3));
+    let last = usage.last().unwrap();
+    assert_eq!(
+        (
+            &last["data"]["activeAgents"],
+            &last["data"]["completedAgents"]
+        ),
+        (&json!(1), &json!(2))
+    );
     let end = of("requestCompleted");
     assert_eq!(end[0]["data"]["totalCreditsUsed"], 5 * c);
     assert_eq!(end[0]["data"]["totalAgentSpawns"], 2);

@@ -514,6 +514,33 @@ async fn a_streamed_tool_run_reports_each_tool_call_with_its_endpoint() {
         .unwrap();
     assert_eq!(response.status(), 200);
     let text = response.text().await.unwrap();
+    // A filter keeps only the types asked for (the stored log keeps them all).
+    s.mock.push(calls(&[("c1", "ping", json!({}))]));
+    s.mock.push(Reply::text("pong"));
+    let filtered = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{flow}/runs", s.app.address))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true, "stream_options": {"event_types": ["tool.*"]}}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let kept: Vec<String> = filtered
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| {
+            serde_json::from_str::<Value>(d).unwrap()["type"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(kept, ["toolStarted", "toolCompleted"]);
     let events: Vec<Value> = text
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))

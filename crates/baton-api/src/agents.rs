@@ -261,6 +261,7 @@ impl TreeRunner {
         );
         self.scope.deepest.fetch_max(child.depth, Ordering::Relaxed);
         self.scope.spawns.fetch_add(1, Ordering::Relaxed);
+        self.events.agent_running(true);
         let started = std::time::Instant::now();
         let mut log = RunLog::start(
             self.state.runs.clone(),
@@ -330,21 +331,24 @@ impl TreeRunner {
             scope,
         };
         let duration_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        match toolrun::run(input).await {
+        let outcome = toolrun::run(input).await;
+        self.events.agent_running(false);
+        match outcome {
             Ok(result) => {
                 let spawned = result
                     .tool_calls
                     .iter()
                     .filter(|c| c.child_request_id.is_some())
                     .count();
-                self.events.emit(
-                    "agentCompleted",
-                    json!({"childRequestId": child.id, "agentRole": role, "durationMs": duration_ms(),
+                let mut data = json!({"childRequestId": child.id, "agentRole": role, "durationMs": duration_ms(),
                            "totalCreditsUsed": result.tree_credits, "directCreditsUsed": result.cost.billed.0,
                            "inferenceCount": result.inferences, "toolCallCount": result.tool_calls.len(),
                            "childAgentCount": spawned, "status": "completed",
-                           "resultPreview": preview(&result.response.text)}),
-                );
+                           "resultPreview": preview(&result.response.text)});
+                if self.events.include_agent_results() {
+                    data["result"] = json!(result.response.text);
+                }
+                self.events.emit("agentCompleted", data);
                 AgentOutcome {
                     result: Ok(result.response.text),
                     child_request_id: Some(child.id),

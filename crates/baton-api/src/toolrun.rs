@@ -27,8 +27,9 @@ use tokio::sync::mpsc;
 use url::Url;
 
 use crate::error::{ApiError, ApiResult};
-use crate::events::EventLog;
+use crate::events::{EventFilter, EventLog};
 use crate::gateway::{CallPlan, answer};
+use crate::routes::chat_events::EventOptions;
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 
@@ -107,6 +108,13 @@ impl McpDirectory for StoreMcp {
 struct RunEvents {
     log: EventLog,
     live: Option<mpsc::UnboundedSender<Value>>,
+    /// Which types the live stream wants (stored events are all kept).
+    filter: EventFilter,
+    include_tool_results: bool,
+    include_agent_results: bool,
+    /// Agents of the tree running now and finished (`usageUpdate`).
+    active_agents: u32,
+    completed_agents: u32,
 }
 
 /// The events of a whole agent tree (one log, one stream), as seen by one agent: its envelopes
@@ -119,11 +127,24 @@ pub struct SharedEvents {
 }
 
 impl SharedEvents {
-    pub fn new(request_id: String, live: Option<mpsc::UnboundedSender<Value>>) -> SharedEvents {
+    pub fn new(
+        request_id: String,
+        live: Option<mpsc::UnboundedSender<Value>>,
+        options: Option<EventOptions>,
+    ) -> SharedEvents {
+        let (filter, include_tool_results, include_agent_results) = match options {
+            Some(o) => (o.filter, o.include_tool_results, o.include_agent_results),
+            None => (EventFilter::default(), false, false),
+        };
         SharedEvents {
             inner: Arc::new(Mutex::new(RunEvents {
                 log: EventLog::new(request_id),
                 live,
+                filter,
+                include_tool_results,
+                include_agent_results,
+                active_agents: 1,
+                completed_agents: 0,
             })),
             path: Arc::new(Vec::new()),
             depth: 0,
@@ -148,7 +169,9 @@ impl SharedEvents {
     pub fn emit(&self, event_type: &str, data: Value) {
         let mut events = self.lock();
         let envelope = events.log.emit_in(event_type, data, &self.path, self.depth);
-        if let Some(live) = &events.live {
+        if let Some(live) = &events.live
+            && events.filter.allows(event_type)
+        {
             // A gone client must not stop the run: it is finished and logged anyway.
             let _ = live.send(envelope);
         }
@@ -160,6 +183,31 @@ impl SharedEvents {
 
     pub fn take_stored(&self) -> Vec<baton_domain::run::StoredEvent> {
         self.lock().log.take_stored()
+    }
+
+    pub fn include_tool_results(&self) -> bool {
+        self.lock().include_tool_results
+    }
+
+    pub fn include_agent_results(&self) -> bool {
+        self.lock().include_agent_results
+    }
+
+    /// A sub-agent started (`true`) or finished (`false`).
+    pub fn agent_running(&self, started: bool) {
+        let mut events = self.lock();
+        if started {
+            events.active_agents += 1;
+        } else {
+            events.active_agents = events.active_agents.saturating_sub(1);
+            events.completed_agents += 1;
+        }
+    }
+
+    /// `(activeAgents, completedAgents)` of the tree.
+    pub fn agent_counts(&self) -> (u32, u32) {
+        let events = self.lock();
+        (events.active_agents, events.completed_agents)
     }
 
     /// Ends the live stream (the sender is dropped).
@@ -205,6 +253,9 @@ impl ToolEvents for SharedEvents {
         if let Some(child) = &record.child_request_id {
             data["childRequestId"] = json!(child);
             data["childCreditsUsed"] = json!(record.child_credits_used.unwrap_or(0));
+        }
+        if self.include_tool_results() {
+            data["result"] = json!(output);
         }
         self.emit(event, data);
     }
@@ -339,13 +390,14 @@ impl ModelTurns for GatewayTurns<'_> {
                            "toolCallCount": response.tool_calls.len(),
                            "wasCached": false, "wasFallback": answer.fallback_used}),
                 );
+                let (active, completed) = self.events.agent_counts();
                 self.events.emit(
                     "usageUpdate",
                     json!({"cumulativeCreditsUsed": self.cost.billed.0,
                            "cumulativeCostUsd": self.cost.billed.to_usd(),
                            "cumulativeTokensIn": self.usage.tokens_in,
                            "cumulativeTokensOut": self.usage.tokens_out,
-                           "activeAgents": 1, "completedAgents": 0,
+                           "activeAgents": active, "completedAgents": completed,
                            "elapsedMs": self.events.elapsed_ms()}),
                 );
                 self.served = Some(answer.model);

@@ -43,7 +43,11 @@ pub struct EventOptions {
     include_usage: bool,
     usage_interval: Duration,
     heartbeat_interval: Duration,
-    filter: EventFilter,
+    pub filter: EventFilter,
+    /// Full tool results in `toolCompleted` (`result`), not only the preview.
+    pub include_tool_results: bool,
+    /// Full sub-agent answers in `agentCompleted` (`result`).
+    pub include_agent_results: bool,
 }
 
 impl EventOptions {
@@ -61,6 +65,16 @@ impl EventOptions {
                             format!("{name} must be an integer of at least {MIN_INTERVAL_MS}"),
                         )
                     }),
+            }
+        };
+        let flag = |name: &str| -> Result<bool, ApiError> {
+            match options.get(name) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(_) => Err(ApiError::validation(
+                    format!("stream_options.{name}"),
+                    format!("{name} must be a boolean"),
+                )),
             }
         };
         let types = match options.get("event_types") {
@@ -84,6 +98,8 @@ impl EventOptions {
             usage_interval: interval("usage_interval_ms", DEFAULT_USAGE_INTERVAL_MS)?,
             heartbeat_interval: interval("heartbeat_interval_ms", DEFAULT_HEARTBEAT_INTERVAL_MS)?,
             filter: EventFilter::new(&types),
+            include_tool_results: flag("include_tool_results")?,
+            include_agent_results: flag("include_agent_results")?,
         })
     }
 }

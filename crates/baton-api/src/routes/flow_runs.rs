@@ -65,6 +65,11 @@ pub struct FlowRunBody {
     /// Streams the events format.
     #[serde(default)]
     pub stream: bool,
+    /// Events-format options of SPEC.md "Stream options" (`event_types`,
+    /// `include_tool_results`, `include_agent_results`, ...), with their snake_case keys.
+    #[serde(default, alias = "stream_options")]
+    #[schema(value_type = Option<Object>)]
+    pub stream_options: Option<Map<String, Value>>,
     #[serde(default)]
     pub is_debug: bool,
     /// Per model attempt time limits.
@@ -210,6 +215,11 @@ pub async fn run_flow(
         .map(|(i, name)| VendorTool::parse(name, &format!("vendorTools[{i}]")))
         .collect::<Result<Vec<_>, _>>()?;
     let timeouts = body.timeouts.unwrap_or_default().validated("timeouts")?;
+    let stream_options = body
+        .stream_options
+        .as_ref()
+        .map(EventOptions::parse)
+        .transpose()?;
     if body.max_cost_per_request_credits.is_some_and(|c| c < 1) {
         return Err(ApiError::validation(
             "maxCostPerRequestCredits",
@@ -440,7 +450,7 @@ pub async fn run_flow(
             parameters: values,
             callback,
             callback_origins: settings.callback_origins.clone(),
-            events: SharedEvents::new(request_id.0.clone(), sender),
+            events: SharedEvents::new(request_id.0.clone(), sender, stream_options),
             earlier_credits: classifier_credits,
             flow_name: flow.name.clone(),
             scope: AgentScope::root(
@@ -496,7 +506,10 @@ pub async fn run_flow(
     };
 
     if body.stream {
-        let options = EventOptions::parse(&Map::new())?;
+        let options = match stream_options {
+            Some(options) => options,
+            None => EventOptions::parse(&Map::new())?,
+        };
         let mut events = EventLog::new(request_id.0.clone());
         let answer = match open_stream(&state, &tenant, &plan, &mut request, &mut log).await {
             Ok(answer) => answer,
