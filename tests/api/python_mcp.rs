@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
 
 use baton_testkit::{Reply, ToolCallReply};
 use reqwest::Method;
@@ -30,34 +29,29 @@ async fn a_fastmcp_server_is_discovered_imported_and_called_by_a_flow() {
     let python = tokio::task::spawn_blocking(|| python_with(MCP_SDK, "py-mcp-sdk"))
         .await
         .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
     let dir = tempfile::tempdir().unwrap();
     let record = dir.path().join("calls.jsonl");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/fastmcp_server.py");
-    let _server = Server(
-        Command::new(python)
-            .arg(script)
-            .arg(port.to_string())
-            .arg(&record)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let mut child = Command::new(python)
+        .arg(script)
+        .arg(&record)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let _server = Server(child);
+    // The script prints its port once it listens.
+    let port: u16 = tokio::task::spawn_blocking(move || {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        line.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("no port from the server: {line:?}"))
+    })
+    .await
+    .unwrap();
     let address: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut ready = false;
-    for _ in 0..150 {
-        if tokio::net::TcpStream::connect(address).await.is_ok() {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready, "the FastMCP server did not start");
 
     let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(address)).await;
     let key = app.default_tenant.api_key.clone();

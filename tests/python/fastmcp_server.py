@@ -1,19 +1,22 @@
 """A small MCP server built with the official `mcp` Python SDK (FastMCP), for Baton's tests.
 
-Usage: fastmcp_server.py PORT RECORD_PATH
-Serves Streamable HTTP on 127.0.0.1:PORT/mcp; every tool call appends its arguments to
-RECORD_PATH as one JSON line.
+Usage: fastmcp_server.py RECORD_PATH
+Binds 127.0.0.1 on a free port, prints the port on the first line of stdout once it listens,
+then serves Streamable HTTP at /mcp; every tool call appends its arguments to RECORD_PATH as
+one JSON line. Binding here (not in the caller) leaves no window for another process to take
+the port.
 """
 
 import json
+import socket
 import sys
 
+import uvicorn
 from mcp.server.fastmcp import FastMCP
 
-port = int(sys.argv[1])
-record_path = sys.argv[2]
+record_path = sys.argv[1]
 
-server = FastMCP("orders", host="127.0.0.1", port=port, stateless_http=True)
+server = FastMCP("orders", host="127.0.0.1", stateless_http=True)
 
 
 def record(name: str, arguments: dict) -> None:
@@ -35,4 +38,10 @@ def list_regions() -> list[str]:
     return ["eu", "us"]
 
 
-server.run(transport="streamable-http")
+listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+listener.bind(("127.0.0.1", 0))
+listener.listen(128)
+print(listener.getsockname()[1], flush=True)
+uvicorn.Server(uvicorn.Config(server.streamable_http_app(), log_level="warning")).run(
+    sockets=[listener]
+)
