@@ -287,8 +287,10 @@ async fn sub_agents_get_context_tools_with_scoped_state() {
     let root = s.empty_flow("Boss").await;
     let middle = s.empty_flow("Planner").await;
     let leaf = s.empty_flow("Worker").await;
+    let deepest = s.empty_flow("Helper").await;
     let planner = s.agent_tool("planner", &middle.0, None).await;
     let worker = s.agent_tool("worker", &leaf.0, None).await;
+    let helper = s.agent_tool("helper", &deepest.0, None).await;
     s.finish_flow(
         &root,
         json!({"template": "boss", "userTemplate": "[[topic]]", "toolIds": [planner], "llm": "openai/gpt-4o-mini"}),
@@ -301,7 +303,12 @@ async fn sub_agents_get_context_tools_with_scoped_state() {
     .await;
     s.finish_flow(
         &leaf,
-        json!({"template": "work [[input]]", "llm": "openai/gpt-4o-mini"}),
+        json!({"template": "work [[input]]", "toolIds": [helper], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &deepest,
+        json!({"template": "help [[input]]", "llm": "openai/gpt-4o-mini"}),
     )
     .await;
     s.mock
@@ -317,6 +324,14 @@ async fn sub_agents_get_context_tools_with_scoped_state() {
         ("o1", "get_original_input", json!({})),
         ("c2", "get_context", json!({})),
     ]));
+    s.mock
+        .push(calls(&[("h", "helper", json!({"input": "help me"}))]));
+    s.mock.push(calls(&[
+        ("o3", "get_original_input", json!({})),
+        ("c3", "get_context", json!({})),
+        ("g3", "get_state", json!({"key": "goal"})),
+    ]));
+    s.mock.push(Reply::text("helper done"));
     s.mock.push(Reply::text("worker done"));
     s.mock.push(Reply::text("planner done"));
     s.mock.push(Reply::text("all done"));
@@ -370,6 +385,18 @@ async fn sub_agents_get_context_tools_with_scoped_state() {
     assert_eq!(context["depth"], 2);
     assert_eq!(context["agentPath"], json!(["planner", "worker"]));
     assert!(context["costUsedCredits"].as_i64().unwrap() > 0);
+
+    // Depth 3: the root's messages and the grandparent's state still reach the deepest agent.
+    let helper_results = tool_messages(&s.mock, 6);
+    assert_eq!(
+        parse(&helper_results[0])["messages"],
+        json!(["release rust"]),
+        "the root's user messages from depth 3"
+    );
+    let context = parse(&helper_results[1]);
+    assert_eq!(context["depth"], 3);
+    assert_eq!(context["agentPath"], json!(["planner", "worker", "helper"]));
+    assert_eq!(parse(&helper_results[2])["value"], "ship");
 }
 
 #[tokio::test]
