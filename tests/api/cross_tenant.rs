@@ -109,6 +109,9 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         format!("openai/{marker}-run"),
     );
     run.tags = vec![format!("Marker:{marker}-tag")];
+    // Usage reports would show A's customer if they leaked.
+    run.customer_external_id = Some(format!("{marker}-customer"));
+    run.cost_credits = 7;
     app.store.write_runs(&[run], &[]).await.unwrap();
 
     let before = snapshot(&app, &a.api_key, &a_session, &a_key_id, marker).await;
@@ -126,6 +129,10 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         (
             "/api/v1/customers/{externalId}/deactivate",
             format!("/api/v1/customers/{marker}-customer/deactivate"),
+        ),
+        (
+            "/api/v1/customers/{externalId}/usage",
+            format!("/api/v1/customers/{marker}-customer/usage"),
         ),
         (
             "/api/v1/routing-rules/{id}",

@@ -157,6 +157,100 @@ impl CustomerPatch {
     }
 }
 
+/// Default window of a customer usage report (SPEC.md "Limits": 30 days).
+pub const DEFAULT_USAGE_DAYS: i64 = 30;
+
+/// What one customer used in a period. Requests are root requests (a sub-agent is part of its
+/// root's request); credits and tokens include every run of their trees.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CustomerUsage {
+    pub external_id: String,
+    pub name: Option<String>,
+    pub is_active: bool,
+    pub from: Timestamp,
+    pub to: Timestamp,
+    /// Billed credits (with the tenant's markup).
+    pub credits_used: i64,
+    pub cost_usd: f64,
+    /// Catalogue price, in credits.
+    pub raw_credits_used: i64,
+    pub request_count: i64,
+    /// Model calls, sub-agents' included.
+    pub inference_count: i64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+}
+
+/// Usage of every active customer with requests in the period, most credits first.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "camelCase")]
+pub struct CustomersUsage {
+    pub from: Timestamp,
+    pub to: Timestamp,
+    pub customers: Vec<CustomerUsage>,
+    pub total_credits_used: i64,
+    pub total_cost_usd: f64,
+    pub total_requests: i64,
+}
+
+/// One customer's sums, as the store aggregates them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UsageTotals {
+    pub credits: i64,
+    pub raw_credits: i64,
+    pub requests: i64,
+    pub inferences: i64,
+    pub tokens_in: i64,
+    pub tokens_out: i64,
+}
+
+impl CustomerUsage {
+    pub fn new(customer: &Customer, from: Timestamp, to: Timestamp, totals: UsageTotals) -> Self {
+        CustomerUsage {
+            external_id: customer.external_id.clone(),
+            name: customer.name.clone(),
+            is_active: customer.is_active,
+            from,
+            to,
+            credits_used: totals.credits,
+            cost_usd: crate::credits::Credits(totals.credits).to_usd(),
+            raw_credits_used: totals.raw_credits,
+            request_count: totals.requests,
+            inference_count: totals.inferences,
+            tokens_in: totals.tokens_in,
+            tokens_out: totals.tokens_out,
+        }
+    }
+}
+
+impl CustomersUsage {
+    /// Ranks the rows (most credits first, then by id for a stable order) and totals them.
+    pub fn new(from: Timestamp, to: Timestamp, mut customers: Vec<CustomerUsage>) -> Self {
+        customers.sort_by(|a, b| {
+            b.credits_used
+                .cmp(&a.credits_used)
+                .then_with(|| a.external_id.cmp(&b.external_id))
+        });
+        let total_credits_used = customers
+            .iter()
+            .fold(0i64, |sum, c| sum.saturating_add(c.credits_used));
+        let total_requests = customers
+            .iter()
+            .fold(0i64, |sum, c| sum.saturating_add(c.request_count));
+        CustomersUsage {
+            from,
+            to,
+            customers,
+            total_credits_used,
+            total_cost_usd: crate::credits::Credits(total_credits_used).to_usd(),
+            total_requests,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

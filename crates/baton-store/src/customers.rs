@@ -13,7 +13,7 @@ use crate::error::on_unique;
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreError, StoreResult};
 
-fn to_customer(model: customers::Model) -> StoreResult<Customer> {
+pub(crate) fn to_customer(model: customers::Model) -> StoreResult<Customer> {
     let metadata = serde_json::from_str(&model.metadata)
         .map_err(|e| StoreError::Corrupt("customer metadata", e.to_string()))?;
     Ok(Customer {

@@ -19,6 +19,7 @@ pub mod runs;
 pub mod secrets;
 pub mod tenants;
 pub mod tools;
+pub mod usage;
 pub mod users;
 
 use std::time::Duration;

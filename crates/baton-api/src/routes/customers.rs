@@ -2,7 +2,10 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use baton_domain::customer::{Customer, CustomerPatch, NewCustomer};
+use baton_domain::Timestamp;
+use baton_domain::customer::{
+    Customer, CustomerPatch, CustomerUsage, CustomersUsage, DEFAULT_USAGE_DAYS, NewCustomer,
+};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -157,6 +160,78 @@ pub async fn deactivate_customer(
         state
             .store
             .update_customer(&principal.tenant, &external_id, &patch)
+            .await?,
+    ))
+}
+
+/// The period of a usage report: `[from, to)`, by default the 30 days before now.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub struct UsagePeriod {
+    /// Start (inclusive), ISO 8601; default `to` minus 30 days.
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub from: Option<Timestamp>,
+    /// End (exclusive), ISO 8601; default now.
+    #[param(value_type = Option<String>, format = DateTime)]
+    pub to: Option<Timestamp>,
+}
+
+impl UsagePeriod {
+    fn resolve(self) -> ApiResult<(Timestamp, Timestamp)> {
+        let to = self.to.unwrap_or_else(Timestamp::now);
+        let from = self
+            .from
+            .unwrap_or(Timestamp(to.0 - chrono::Duration::days(DEFAULT_USAGE_DAYS)));
+        if from >= to {
+            return Err(ApiError::validation("from", "from must be before to"));
+        }
+        Ok((from, to))
+    }
+}
+
+/// Credits, request count and cost of one customer in a period (default the last 30 days).
+#[utoipa::path(get, path = "/api/v1/customers/{externalId}/usage", tag = "customers",
+    params(("externalId" = String, Path, description = "The tenant's id for the customer"), UsagePeriod),
+    responses(
+        (status = 200, description = "The customer's usage in the period", body = CustomerUsage),
+        (status = 400, description = "Invalid period", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "No such customer", body = ErrorResponse),
+    ))]
+pub async fn customer_usage(
+    State(state): State<AppState>,
+    principal: Principal,
+    PathParam(external_id): PathParam,
+    Query(period): Query<UsagePeriod>,
+) -> ApiResult<axum::Json<CustomerUsage>> {
+    let (from, to) = period.resolve()?;
+    Ok(axum::Json(
+        state
+            .store
+            .customer_usage(&principal.tenant, &external_id, from, to)
+            .await?,
+    ))
+}
+
+/// Usage of every active customer with requests in a period, most credits first; deactivated
+/// customers are left out.
+#[utoipa::path(get, path = "/api/v1/customers/usage", tag = "customers", params(UsagePeriod),
+    responses(
+        (status = 200, description = "Usage per active customer and totals", body = CustomersUsage),
+        (status = 400, description = "Invalid period", body = ErrorResponse),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn customers_usage(
+    State(state): State<AppState>,
+    principal: Principal,
+    Query(period): Query<UsagePeriod>,
+) -> ApiResult<axum::Json<CustomersUsage>> {
+    let (from, to) = period.resolve()?;
+    Ok(axum::Json(
+        state
+            .store
+            .customers_usage(&principal.tenant, from, to)
             .await?,
     ))
 }

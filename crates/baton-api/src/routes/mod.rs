@@ -76,6 +76,8 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
             customers::delete_customer
         ))
         .routes(routes!(customers::deactivate_customer))
+        .routes(routes!(customers::customer_usage))
+        .routes(routes!(customers::customers_usage))
         .routes(routes!(models::list_descriptors))
         .routes(routes!(models::list_providers))
         .routes(routes!(chat::chat_completions))
