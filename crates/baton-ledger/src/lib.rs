@@ -1,6 +1,12 @@
 //! Baton's money. Everything is integer credits (1,000,000 = 1 USD); intermediate products use
 //! `i128` so no realistic token count overflows, and each inference is rounded once, half up.
 
+pub mod budget;
+pub mod tree;
+
+pub use budget::{BudgetPeriod, crossed_thresholds};
+pub use tree::{TreeRun, TreeTotals};
+
 use baton_domain::chat::Usage;
 use baton_domain::credits::Credits;
 use baton_domain::model::ModelDescriptor;
@@ -168,6 +174,21 @@ mod tests {
             let more_out = price_inference(&usage(a, b + extra), &GPT4O_MINI, 7.5);
             prop_assert!(more_in.raw >= base.raw && more_out.raw >= base.raw);
             prop_assert!(base.billed >= base.raw);
+        }
+
+        #[test]
+        fn a_requests_total_is_the_exact_sum_of_its_inferences(
+            calls in prop::collection::vec((0u64..5_000_000, 0u64..500_000, 0u64..3), 1..40),
+            markup in 0.0f64..200.0,
+        ) {
+            let costs: Vec<Cost> = calls
+                .iter()
+                .map(|&(i, o, s)| price_inference(&Usage { tokens_in: i, tokens_out: o, web_search_calls: s, ..Usage::default() }, &GPT4O_MINI, markup))
+                .collect();
+            let total = costs.iter().fold(Cost::default(), |sum, c| sum.plus(*c));
+            prop_assert_eq!(total.raw.0, costs.iter().map(|c| c.raw.0).sum::<i64>());
+            prop_assert_eq!(total.billed.0, costs.iter().map(|c| c.billed.0).sum::<i64>());
+            prop_assert!(total.billed >= total.raw);
         }
 
         #[test]
