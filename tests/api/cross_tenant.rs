@@ -114,6 +114,17 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
     run.cost_credits = 7;
     app.store.write_runs(&[run], &[]).await.unwrap();
 
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &a.api_key,
+            json!({"name": format!("{marker} budget"), "period": "Day", "limitCredits": 1000,
+                   "customerId": format!("{marker}-customer")}),
+        )
+        .await;
+    assert_eq!(budget.status, 201, "{}", budget.text);
+    let budget_id = budget.json()["id"].as_str().unwrap().to_string();
+
     let before = snapshot(&app, &a.api_key, &a_session, &a_key_id, marker).await;
 
     // Every templated path, filled with A's ids.
@@ -174,6 +185,10 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         ),
         ("/api/v1/tools/{id}", format!("/api/v1/tools/{tool_id}")),
         (
+            "/api/v1/budgets/{id}",
+            format!("/api/v1/budgets/{budget_id}"),
+        ),
+        (
             "/api/v1/tools/{id}/usage",
             format!("/api/v1/tools/{tool_id}/usage"),
         ),
@@ -216,6 +231,10 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             "/api/v1/mcp-servers/{id}/import",
             json!({"toolNames": ["x"]}),
         ),
+        (
+            "/api/v1/budgets/{id}",
+            json!({"name": "b budget", "period": "Day", "limitCredits": 1}),
+        ),
     ]);
     let b_env = app
         .post("/api/v1/environments", &b.api_key, json!({"name": "b-env"}))
@@ -238,6 +257,8 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         "a-private-marker-tag",
         "a-private-marker-tool",
         "a-private-marker mcp",
+        "a-private-marker budget",
+        budget_id.as_str(),
         flow_id.as_str(),
         tool_id.as_str(),
         server_id.as_str(),
@@ -343,5 +364,6 @@ async fn snapshot(
         app.get("/api/v1/flows", key).await.text,
         app.get("/api/v1/tools", key).await.text,
         app.get("/api/v1/mcp-servers", key).await.text,
+        app.get("/api/v1/budgets", key).await.text,
     ]
 }

@@ -237,7 +237,7 @@ async fn usage_per_customer_and_summary_over_a_period() {
         .iter()
         .map(|c| c["externalId"].as_str().unwrap())
         .collect();
-    let mut expected = vec![("cus_a", a_credits), ("cus_b", b1.cost_credits)];
+    let mut expected = [("cus_a", a_credits), ("cus_b", b1.cost_credits)];
     expected.sort_by_key(|(_, credits)| -credits);
     assert_eq!(ids, expected.iter().map(|(id, _)| *id).collect::<Vec<_>>());
     assert_eq!(summary["totalCreditsUsed"], a_credits + b1.cost_credits);

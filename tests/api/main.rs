@@ -9,6 +9,7 @@ mod helpers;
 
 mod agents;
 mod auth;
+mod budgets;
 mod chat;
 mod cli;
 mod cross_tenant;

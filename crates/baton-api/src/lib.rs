@@ -3,6 +3,7 @@
 
 pub mod agents;
 pub mod auth;
+pub mod budgets;
 pub mod cache;
 pub mod compat;
 pub mod context;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_domain::TenantId;
+use baton_domain::budget::Budget;
 use baton_domain::settings::TenantSettings;
 use baton_providers::Registry;
 use baton_providers::routing::{Router, RouterConfig, RuleSet};
@@ -73,6 +74,8 @@ pub struct AppState {
     settings: Cache<String, Arc<TenantSettings>>,
     /// Tenant routing rules, likewise.
     rules: Cache<String, Arc<RuleSet>>,
+    /// Tenant budgets (checked before every model-calling request), likewise.
+    budgets: Cache<String, Arc<Vec<Budget>>>,
     /// Orders model chains and keeps the circuit breakers.
     pub router: Arc<Router>,
     pub responses: ResponseCache,
@@ -134,6 +137,10 @@ impl AppState {
                 .max_capacity(100_000)
                 .time_to_live(SETTINGS_CACHE_TTL)
                 .build(),
+            budgets: Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(SETTINGS_CACHE_TTL)
+                .build(),
             auth: Arc::new(Authenticator::new(store.clone(), sessions)),
             store,
             login_limiter,
@@ -180,6 +187,22 @@ impl AppState {
 
     pub async fn forget_routing_rules(&self, tenant: &TenantId) {
         self.rules.invalidate(tenant.as_str()).await;
+    }
+
+    /// The tenant's budgets, from the cache when fresh.
+    pub async fn tenant_budgets(&self, tenant: &TenantId) -> Result<Arc<Vec<Budget>>, ApiError> {
+        if let Some(budgets) = self.budgets.get(tenant.as_str()).await {
+            return Ok(budgets);
+        }
+        let budgets = Arc::new(self.store.list_budgets(tenant).await?);
+        self.budgets
+            .insert(tenant.as_str().to_string(), budgets.clone())
+            .await;
+        Ok(budgets)
+    }
+
+    pub async fn forget_budgets(&self, tenant: &TenantId) {
+        self.budgets.invalidate(tenant.as_str()).await;
     }
 }
 

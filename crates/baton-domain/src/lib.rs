@@ -4,6 +4,7 @@
 //! secrets format of API keys. Nothing here does I/O, so every rule is unit-testable.
 
 pub mod apikey;
+pub mod budget;
 pub mod chat;
 pub mod credits;
 pub mod customer;

@@ -158,6 +158,9 @@ pub struct RunRecord {
     pub is_debug: bool,
     pub created_at: Timestamp,
     pub completed_at: Option<Timestamp>,
+    /// Budget holds taken for this request, released when it is logged as finished.
+    #[serde(skip)]
+    pub budget_holds: Vec<crate::budget::BudgetHold>,
 }
 
 /// A stream event kept for `/llm-logs/{id}/events`.

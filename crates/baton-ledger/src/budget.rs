@@ -2,58 +2,30 @@
 //! moment falls in, and which alert thresholds a spend crosses. Windows are UTC calendar periods
 //! (weeks start on Monday), so every instance agrees on them without coordination.
 
+use baton_domain::budget::BudgetPeriod;
 use chrono::{DateTime, Datelike, Duration, NaiveDate, TimeZone, Utc};
-use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum BudgetPeriod {
-    Day,
-    Week,
-    Month,
-}
-
-impl BudgetPeriod {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BudgetPeriod::Day => "Day",
-            BudgetPeriod::Week => "Week",
-            BudgetPeriod::Month => "Month",
+/// `[start, end)` of the window of `period` holding `at`.
+pub fn budget_window(period: BudgetPeriod, at: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
+    let day = at.date_naive();
+    let (start, end) = match period {
+        BudgetPeriod::Day => (day, day + Duration::days(1)),
+        BudgetPeriod::Week => {
+            let monday = day - Duration::days(i64::from(day.weekday().num_days_from_monday()));
+            (monday, monday + Duration::days(7))
         }
-    }
-
-    /// Any letter case, as DESIGN.md asks of enum values.
-    pub fn parse(raw: &str) -> Option<BudgetPeriod> {
-        match raw.to_ascii_lowercase().as_str() {
-            "day" => Some(BudgetPeriod::Day),
-            "week" => Some(BudgetPeriod::Week),
-            "month" => Some(BudgetPeriod::Month),
-            _ => None,
+        BudgetPeriod::Month => {
+            let first = first_of_month(day.year(), day.month());
+            let next = if day.month() == 12 {
+                first_of_month(day.year() + 1, 1)
+            } else {
+                first_of_month(day.year(), day.month() + 1)
+            };
+            (first, next)
         }
-    }
-
-    /// `[start, end)` of the window holding `at`.
-    pub fn window(self, at: DateTime<Utc>) -> (DateTime<Utc>, DateTime<Utc>) {
-        let day = at.date_naive();
-        let (start, end) = match self {
-            BudgetPeriod::Day => (day, day + Duration::days(1)),
-            BudgetPeriod::Week => {
-                let monday = day - Duration::days(i64::from(day.weekday().num_days_from_monday()));
-                (monday, monday + Duration::days(7))
-            }
-            BudgetPeriod::Month => {
-                let first = first_of_month(day.year(), day.month());
-                let next = if day.month() == 12 {
-                    first_of_month(day.year() + 1, 1)
-                } else {
-                    first_of_month(day.year(), day.month() + 1)
-                };
-                (first, next)
-            }
-        };
-        (midnight(start), midnight(end))
-    }
+    };
+    (midnight(start), midnight(end))
 }
-
 fn first_of_month(year: i32, month: u32) -> NaiveDate {
     NaiveDate::from_ymd_opt(year, month, 1).unwrap_or(NaiveDate::MIN)
 }
@@ -81,6 +53,14 @@ pub fn crossed_thresholds(limit: i64, before: i64, after: i64, thresholds: &[u32
     crossed
 }
 
+/// The thresholds (percent of `limit`) that `spent` has reached.
+pub fn reached_thresholds(limit: i64, spent: i64, thresholds: &[u32]) -> Vec<u32> {
+    if spent < 0 {
+        return Vec::new();
+    }
+    crossed_thresholds(limit, -1, spent, thresholds)
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -97,23 +77,21 @@ mod tests {
     fn windows_are_utc_calendar_periods() {
         let t = at("2026-11-25T15:30:00Z"); // a Wednesday
         assert_eq!(
-            BudgetPeriod::Day.window(t),
+            budget_window(BudgetPeriod::Day, t),
             (at("2026-11-25T00:00:00Z"), at("2026-11-26T00:00:00Z"))
         );
         assert_eq!(
-            BudgetPeriod::Week.window(t),
+            budget_window(BudgetPeriod::Week, t),
             (at("2026-11-23T00:00:00Z"), at("2026-11-30T00:00:00Z"))
         );
         assert_eq!(
-            BudgetPeriod::Month.window(t),
+            budget_window(BudgetPeriod::Month, t),
             (at("2026-11-01T00:00:00Z"), at("2026-12-01T00:00:00Z"))
         );
         assert_eq!(
-            BudgetPeriod::Month.window(at("2026-12-31T23:59:59Z")).1,
+            budget_window(BudgetPeriod::Month, at("2026-12-31T23:59:59Z")).1,
             at("2027-01-01T00:00:00Z")
         );
-        assert_eq!(BudgetPeriod::parse("WEEK"), Some(BudgetPeriod::Week));
-        assert_eq!(BudgetPeriod::parse("fortnight"), None);
     }
 
     #[test]
@@ -126,6 +104,8 @@ mod tests {
         assert!(crossed_thresholds(1000, 800, 900, &[50, 80, 100]).is_empty());
         assert_eq!(crossed_thresholds(3, 1, 2, &[50]), [50], "2/3 is past 50%");
         assert!(crossed_thresholds(0, 0, 10, &[50]).is_empty());
+        assert_eq!(reached_thresholds(1000, 800, &[100, 50, 80]), [50, 80]);
+        assert!(reached_thresholds(1000, 0, &[50]).is_empty());
     }
 
     proptest! {
@@ -133,10 +113,10 @@ mod tests {
         fn a_moment_lies_in_its_window(secs in 0i64..4_000_000_000) {
             let t = DateTime::from_timestamp(secs, 0).unwrap();
             for period in [BudgetPeriod::Day, BudgetPeriod::Week, BudgetPeriod::Month] {
-                let (start, end) = period.window(t);
+                let (start, end) = budget_window(period, t);
                 prop_assert!(start <= t && t < end);
                 // The next window starts where this one ends.
-                prop_assert_eq!(period.window(end).0, end);
+                prop_assert_eq!(budget_window(period, end).0, end);
             }
         }
 

@@ -4,7 +4,7 @@
 pub mod budget;
 pub mod tree;
 
-pub use budget::{BudgetPeriod, crossed_thresholds};
+pub use budget::{budget_window, crossed_thresholds, reached_thresholds};
 pub use tree::{TreeRun, TreeTotals};
 
 use baton_domain::chat::Usage;

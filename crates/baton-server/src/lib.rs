@@ -76,9 +76,17 @@ impl Application {
         let bootstrap =
             admin::bootstrap_if_empty(&store, config.bootstrap_api_key.as_ref()).await?;
         let providers = Arc::new(build_providers(config, &config.providers_with_env())?);
-        let runs = RunWriter::spawn(store.clone(), WriterOptions::default());
+        let (alerts, alert_queue) = tokio::sync::mpsc::unbounded_channel();
+        let runs = RunWriter::spawn(
+            store.clone(),
+            WriterOptions {
+                alerts: Some(alerts),
+                ..WriterOptions::default()
+            },
+        );
         let state =
             AppState::build(store.clone(), providers, runs.clone(), config.api_config()?).await?;
+        baton_api::budgets::spawn_alert_delivery(state.clone(), alert_queue);
         let router = baton_api::build_router(state);
         let listener = TcpListener::bind(config.bind).await?;
         Ok(Application {

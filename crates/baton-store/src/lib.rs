@@ -10,6 +10,7 @@ mod error;
 mod time;
 
 pub mod api_keys;
+pub mod budgets;
 pub mod customers;
 pub mod environments;
 pub mod flows;

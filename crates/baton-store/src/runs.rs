@@ -11,6 +11,7 @@ use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder,
 
 use tokio::sync::{mpsc, oneshot};
 
+use crate::budgets::BudgetAlert;
 use crate::entity::{run_events, run_tags, runs};
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreError, StoreResult};
@@ -123,6 +124,7 @@ fn from_model(m: runs::Model) -> RunRecord {
         is_debug: m.is_debug,
         created_at: from_millis(m.created_at),
         completed_at: m.completed_at.map(from_millis),
+        budget_holds: Vec::new(),
         id: m.id,
     }
 }
@@ -134,7 +136,7 @@ impl Store {
         &self,
         records: &[RunRecord],
         events: &[(TenantId, StoredEvent)],
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Vec<BudgetAlert>> {
         let mut customers: HashMap<(String, String), String> = HashMap::new();
         for record in records {
             if let (Some(tenant), Some(external)) = (&record.tenant, &record.customer_external_id)
@@ -225,8 +227,11 @@ impl Store {
                 .exec(&txn)
                 .await?;
         }
+        // Spend counts against budgets in the same transaction as the rows: never twice, never
+        // lost.
+        let alerts = self.charge_budgets(&txn, records).await?;
         txn.commit().await?;
-        Ok(())
+        Ok(alerts)
     }
 
     pub async fn get_run(&self, tenant: &TenantId, id: &str) -> StoreResult<RunRecord> {
@@ -343,6 +348,8 @@ pub struct WriterOptions {
     pub batch: usize,
     /// Longest a queued item waits for its batch to fill.
     pub max_delay: Duration,
+    /// Where budget alerts reached by written runs go (to be delivered to webhooks).
+    pub alerts: Option<mpsc::UnboundedSender<BudgetAlert>>,
 }
 
 impl Default for WriterOptions {
@@ -351,6 +358,7 @@ impl Default for WriterOptions {
             capacity: 10_000,
             batch: 256,
             max_delay: Duration::from_millis(20),
+            alerts: None,
         }
     }
 }
@@ -420,7 +428,7 @@ async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: Writ
                 Message::Close(ack) => close = Some(ack),
             }
         }
-        write_with_retry(&store, &records, &events, close.is_some()).await;
+        write_with_retry(&store, &records, &events, close.is_some(), &options).await;
         if let Some(ack) = close {
             // Anything queued after the close request is written too before stopping.
             let mut rest = Vec::new();
@@ -441,7 +449,7 @@ async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: Writ
                         }
                         (r, e)
                     });
-            write_with_retry(&store, &records, &events, true).await;
+            write_with_retry(&store, &records, &events, true, &options).await;
             let _ = ack.send(());
             return;
         }
@@ -455,6 +463,7 @@ async fn write_with_retry(
     records: &[RunRecord],
     events: &[(TenantId, StoredEvent)],
     closing: bool,
+    options: &WriterOptions,
 ) {
     if records.is_empty() && events.is_empty() {
         return;
@@ -463,7 +472,15 @@ async fn write_with_retry(
     let mut attempt = 0u32;
     loop {
         match store.write_runs(records, events).await {
-            Ok(()) => return,
+            Ok(alerts) => {
+                if let Some(sink) = &options.alerts {
+                    for alert in alerts {
+                        // No deliverer (shutting down): the alert stays recorded, undelivered.
+                        let _ = sink.send(alert);
+                    }
+                }
+                return;
+            }
             Err(err) => {
                 attempt += 1;
                 tracing::error!(error = %err, attempt, runs = records.len(), "could not write the invocation log; retrying");
@@ -528,5 +545,6 @@ pub fn new_record(
         is_debug: false,
         created_at: Timestamp::now(),
         completed_at: None,
+        budget_holds: Vec::new(),
     }
 }

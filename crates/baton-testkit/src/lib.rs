@@ -13,6 +13,8 @@ pub mod mcp;
 pub mod mock;
 pub mod responses;
 pub mod tool_host;
+pub mod webhook;
 
 pub use mcp::MockMcpServer;
 pub use mock::{Answer, CitationReply, MockProvider, Received, Reply, ToolCallReply};
+pub use webhook::{Delivery, WebhookReceiver};

@@ -19,6 +19,7 @@ use futures::{Stream, StreamExt};
 use serde_json::Value;
 
 use crate::auth::Principal;
+use crate::budgets;
 use crate::cache::CacheFill;
 use crate::compat::request::{ChatCompletionRequest, parse};
 use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
@@ -95,6 +96,14 @@ pub async fn chat_completions(
     )
     .await?;
     let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
+    let holds = budgets::admit(
+        &state,
+        &principal.tenant,
+        customer.as_deref(),
+        &tags,
+        budgets::estimate_credits(&pricing, &plan, &inference),
+    )
+    .await?;
 
     let mut log = RunLog::start(
         state.runs.clone(),
@@ -104,6 +113,7 @@ pub async fn chat_completions(
         RunKind::Chat,
         parsed.model.clone(),
     );
+    holds.attach(log.record_mut());
     if let Some(record) = log.record_mut() {
         record.environment = Some(COMPATIBLE_ENVIRONMENT.to_string());
         record.tags = tags;

@@ -384,6 +384,14 @@ pub async fn run_flow(
         plan.cache = None;
     }
 
+    let holds = crate::budgets::admit(
+        &state,
+        &tenant,
+        customer.as_deref(),
+        &tags,
+        crate::budgets::estimate_credits(&pricing, &plan, &request),
+    )
+    .await?;
     let mut log = RunLog::start(
         state.runs.clone(),
         pricing.clone(),
@@ -392,6 +400,7 @@ pub async fn run_flow(
         RunKind::Flow,
         plan.chain.requested.clone(),
     );
+    holds.attach(log.record_mut());
     if let Some(record) = log.record_mut() {
         record.environment = Some(environment.clone());
         record.flow_name = Some(flow.name.clone());

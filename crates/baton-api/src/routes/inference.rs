@@ -14,6 +14,7 @@ use baton_providers::routing::{ModelSelection, Named};
 use baton_providers::structured::OutputSchema;
 
 use crate::auth::Principal;
+use crate::budgets;
 use crate::compat::request::{WireMessage, message};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
@@ -206,6 +207,14 @@ pub async fn inference(
     .await?;
 
     let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
+    let holds = budgets::admit(
+        &state,
+        &principal.tenant,
+        customer.as_deref(),
+        &tags,
+        budgets::estimate_credits(&pricing, &plan, &request),
+    )
+    .await?;
     let mut log = RunLog::start(
         state.runs.clone(),
         pricing.clone(),
@@ -214,6 +223,7 @@ pub async fn inference(
         RunKind::Inference,
         body.model.clone(),
     );
+    holds.attach(log.record_mut());
     if let Some(record) = log.record_mut() {
         record.environment = body.environment.filter(|e| !e.trim().is_empty());
         record.tags = tags;

@@ -1,6 +1,7 @@
 //! The router: one module per resource, assembled here.
 
 pub mod api_keys;
+pub mod budgets;
 pub mod chat;
 pub mod chat_events;
 pub mod customers;
@@ -38,6 +39,12 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(api_keys::list_api_keys, api_keys::create_api_key))
         .routes(routes!(api_keys::get_api_key, api_keys::revoke_api_key))
+        .routes(routes!(budgets::list_budgets, budgets::create_budget))
+        .routes(routes!(
+            budgets::get_budget,
+            budgets::update_budget,
+            budgets::delete_budget
+        ))
         .routes(routes!(
             environments::list_environments,
             environments::create_environment

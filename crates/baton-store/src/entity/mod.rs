@@ -1,6 +1,10 @@
 //! sea-orm entities, one module per table. Private to the store: nothing above sees them.
 
 pub mod api_keys;
+pub mod budget_alerts;
+pub mod budget_charges;
+pub mod budget_windows;
+pub mod budgets;
 pub mod customers;
 pub mod environments;
 pub mod flow_activations;

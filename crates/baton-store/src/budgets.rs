@@ -1,0 +1,455 @@
+//! Budgets: CRUD, holds taken before a request (one conditional update, so concurrent requests
+//! cannot overspend beyond one request), and the spend and alerts written with the invocation
+//! log (see [`Store::charge_budgets`], called inside the writer's transaction).
+
+use std::collections::HashMap;
+
+use baton_domain::budget::{Budget, BudgetHold, BudgetPeriod, BudgetWindow, ValidBudget};
+use baton_domain::credits::Credits;
+use baton_domain::run::{RunRecord, RunStatus};
+use baton_domain::{TenantId, Timestamp, new_id};
+use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
+use sea_orm::{
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Set,
+};
+
+use baton_ledger::{budget_window, reached_thresholds};
+
+use crate::entity::{budget_alerts, budget_charges, budget_windows, budgets};
+use crate::error::{StoreError, on_unique};
+use crate::time::{from_millis, to_millis};
+use crate::{Store, StoreResult};
+
+/// An alert threshold reached for the first time in a period: what the webhook is told.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetAlert {
+    pub tenant: TenantId,
+    pub budget_id: String,
+    pub window_start: Timestamp,
+    pub threshold_percent: u32,
+    pub spent_credits: i64,
+}
+
+fn to_budget(model: budgets::Model) -> StoreResult<Budget> {
+    let corrupt = |what: &str, e: String| StoreError::Corrupt("budget", format!("{what}: {e}"));
+    Ok(Budget {
+        period: BudgetPeriod::parse(&model.period, "period")
+            .map_err(|e| corrupt("period", e.to_string()))?,
+        alert_thresholds_percent: serde_json::from_str(&model.alert_thresholds)
+            .map_err(|e| corrupt("alert thresholds", e.to_string()))?,
+        id: model.id,
+        name: model.name,
+        limit_credits: model.limit_credits,
+        webhook_url: model.webhook_url,
+        hard_limit: model.hard_limit,
+        customer_id: model.customer_external_id,
+        tag: model.tag,
+        created_at: from_millis(model.created_at),
+        updated_at: from_millis(model.updated_at),
+    })
+}
+
+fn thresholds_text(budget: &ValidBudget) -> String {
+    serde_json::Value::from(budget.alert_thresholds_percent.clone()).to_string()
+}
+
+/// Makes sure the period's row exists, so the conditional updates below have a row to test.
+async fn ensure_window<C: ConnectionTrait>(
+    conn: &C,
+    tenant: &str,
+    budget_id: &str,
+    window_start: i64,
+) -> StoreResult<()> {
+    budget_windows::Entity::insert(budget_windows::ActiveModel {
+        budget_id: Set(budget_id.to_string()),
+        window_start: Set(window_start),
+        tenant_id: Set(tenant.to_string()),
+        spent_credits: Set(0),
+        reserved_credits: Set(0),
+    })
+    .on_conflict_do_nothing_on([
+        budget_windows::Column::BudgetId,
+        budget_windows::Column::WindowStart,
+    ])
+    .exec_without_returning(conn)
+    .await?;
+    Ok(())
+}
+
+/// `reserved - credits`, never below zero.
+fn minus_reserved(credits: i64) -> Expr {
+    Expr::cust_with_values(
+        "CASE WHEN reserved_credits > $1 THEN reserved_credits - $2 ELSE 0 END",
+        [credits, credits],
+    )
+}
+
+impl Store {
+    pub async fn create_budget(
+        &self,
+        tenant: &TenantId,
+        budget: &ValidBudget,
+        webhook_secret: &str,
+    ) -> StoreResult<Budget> {
+        let now = to_millis(Timestamp::now());
+        let model = budgets::ActiveModel {
+            id: Set(new_id()),
+            tenant_id: Set(tenant.as_str().to_string()),
+            name: Set(budget.name.clone()),
+            period: Set(budget.period.as_str().to_string()),
+            limit_credits: Set(budget.limit_credits),
+            alert_thresholds: Set(thresholds_text(budget)),
+            webhook_url: Set(budget.webhook_url.clone()),
+            webhook_secret: Set(webhook_secret.to_string()),
+            hard_limit: Set(budget.hard_limit),
+            customer_external_id: Set(budget.customer_id.clone()),
+            tag: Set(budget.tag.clone()),
+            created_at: Set(now),
+            updated_at: Set(now),
+        }
+        .insert(self.conn())
+        .await
+        .map_err(on_unique("budget", &budget.name))?;
+        to_budget(model)
+    }
+
+    pub async fn list_budgets(&self, tenant: &TenantId) -> StoreResult<Vec<Budget>> {
+        budgets::Entity::find()
+            .filter(budgets::Column::TenantId.eq(tenant.as_str()))
+            .order_by_asc(budgets::Column::Name)
+            .all(self.conn())
+            .await?
+            .into_iter()
+            .map(to_budget)
+            .collect()
+    }
+
+    async fn find_budget_row(&self, tenant: &TenantId, id: &str) -> StoreResult<budgets::Model> {
+        budgets::Entity::find_by_id(id)
+            .filter(budgets::Column::TenantId.eq(tenant.as_str()))
+            .one(self.conn())
+            .await?
+            .ok_or_else(|| StoreError::not_found("budget", id))
+    }
+
+    pub async fn get_budget(&self, tenant: &TenantId, id: &str) -> StoreResult<Budget> {
+        to_budget(self.find_budget_row(tenant, id).await?)
+    }
+
+    /// The webhook address and signing key of a budget, for delivering its alerts.
+    pub async fn budget_webhook(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> StoreResult<(Budget, Option<String>, String)> {
+        let row = self.find_budget_row(tenant, id).await?;
+        let (url, secret) = (row.webhook_url.clone(), row.webhook_secret.clone());
+        Ok((to_budget(row)?, url, secret))
+    }
+
+    /// Replaces every field of the budget; the spend of its periods is kept.
+    pub async fn update_budget(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+        budget: &ValidBudget,
+    ) -> StoreResult<Budget> {
+        let mut active: budgets::ActiveModel = self.find_budget_row(tenant, id).await?.into();
+        active.name = Set(budget.name.clone());
+        active.period = Set(budget.period.as_str().to_string());
+        active.limit_credits = Set(budget.limit_credits);
+        active.alert_thresholds = Set(thresholds_text(budget));
+        active.webhook_url = Set(budget.webhook_url.clone());
+        active.hard_limit = Set(budget.hard_limit);
+        active.customer_external_id = Set(budget.customer_id.clone());
+        active.tag = Set(budget.tag.clone());
+        active.updated_at = Set(to_millis(Timestamp::now()));
+        let model = active
+            .update(self.conn())
+            .await
+            .map_err(on_unique("budget", &budget.name))?;
+        to_budget(model)
+    }
+
+    pub async fn delete_budget(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
+        let txn = self.begin_write().await?;
+        // Children first: SQLite enforces foreign keys only when asked to.
+        budget_windows::Entity::delete_many()
+            .filter(budget_windows::Column::TenantId.eq(tenant.as_str()))
+            .filter(budget_windows::Column::BudgetId.eq(id))
+            .exec(&txn)
+            .await?;
+        budget_alerts::Entity::delete_many()
+            .filter(budget_alerts::Column::TenantId.eq(tenant.as_str()))
+            .filter(budget_alerts::Column::BudgetId.eq(id))
+            .exec(&txn)
+            .await?;
+        let result = budgets::Entity::delete_many()
+            .filter(budgets::Column::TenantId.eq(tenant.as_str()))
+            .filter(budgets::Column::Id.eq(id))
+            .exec(&txn)
+            .await?;
+        if result.rows_affected == 0 {
+            return Err(StoreError::not_found("budget", id));
+        }
+        txn.commit().await?;
+        Ok(())
+    }
+
+    /// Spend and holds of one period of a budget.
+    pub async fn budget_window(
+        &self,
+        tenant: &TenantId,
+        budget: &Budget,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> StoreResult<BudgetWindow> {
+        let row = budget_windows::Entity::find_by_id((budget.id.clone(), to_millis(start)))
+            .filter(budget_windows::Column::TenantId.eq(tenant.as_str()))
+            .one(self.conn())
+            .await?;
+        let (spent, reserved) = row.map_or((0, 0), |r| (r.spent_credits, r.reserved_credits));
+        Ok(BudgetWindow {
+            start,
+            end,
+            spent_credits: spent,
+            spent_usd: Credits(spent).to_usd(),
+            reserved_credits: reserved,
+            remaining_credits: Ord::max(
+                budget
+                    .limit_credits
+                    .saturating_sub(spent)
+                    .saturating_sub(reserved),
+                0,
+            ),
+        })
+    }
+
+    /// Holds `hold.credits` against the budget's period if its spend plus holds is still under
+    /// the limit. One conditional update decides, so of many concurrent requests only those
+    /// that find room get through, and the period can end above its limit by at most what one
+    /// request costs beyond its hold. Returns whether the hold was taken.
+    pub async fn hold_budget(
+        &self,
+        tenant: &TenantId,
+        budget: &Budget,
+        hold: &BudgetHold,
+    ) -> StoreResult<bool> {
+        ensure_window(
+            self.conn(),
+            tenant.as_str(),
+            &budget.id,
+            hold.window_start_ms,
+        )
+        .await?;
+        let result = budget_windows::Entity::update_many()
+            .col_expr(
+                budget_windows::Column::ReservedCredits,
+                Expr::col(budget_windows::Column::ReservedCredits).add(hold.credits),
+            )
+            .filter(budget_windows::Column::TenantId.eq(tenant.as_str()))
+            .filter(budget_windows::Column::BudgetId.eq(budget.id.as_str()))
+            .filter(budget_windows::Column::WindowStart.eq(hold.window_start_ms))
+            .filter(Expr::cust_with_values(
+                "spent_credits + reserved_credits < $1",
+                [budget.limit_credits],
+            ))
+            .exec(self.conn())
+            .await?;
+        Ok(result.rows_affected == 1)
+    }
+
+    /// Gives holds back (a request that never ran, or the hold's share after a failure).
+    pub async fn release_budget_holds(
+        &self,
+        tenant: &TenantId,
+        holds: &[BudgetHold],
+    ) -> StoreResult<()> {
+        for hold in holds {
+            release(self.conn(), tenant.as_str(), hold).await?;
+        }
+        Ok(())
+    }
+
+    /// Inside the log writer's transaction: adds each finished run's billed cost to the periods
+    /// of the budgets it counts against (once per run), releases the holds the runs carried, and
+    /// records the alert thresholds now reached for the first time in their period.
+    pub(crate) async fn charge_budgets<C: ConnectionTrait>(
+        &self,
+        conn: &C,
+        records: &[RunRecord],
+    ) -> StoreResult<Vec<BudgetAlert>> {
+        let finished: Vec<&RunRecord> = records
+            .iter()
+            .filter(|r| r.status != RunStatus::Pending && r.tenant.is_some())
+            .collect();
+        if finished.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tenants: Vec<&str> = finished
+            .iter()
+            .filter_map(|r| r.tenant.as_ref().map(TenantId::as_str))
+            .collect();
+        tenants.sort_unstable();
+        tenants.dedup();
+        let mut by_tenant: HashMap<String, Vec<Budget>> = HashMap::new();
+        for model in budgets::Entity::find()
+            .filter(budgets::Column::TenantId.is_in(tenants))
+            .all(conn)
+            .await?
+        {
+            let tenant = model.tenant_id.clone();
+            by_tenant.entry(tenant).or_default().push(to_budget(model)?);
+        }
+        // Spend per (budget, period start).
+        let mut spend: HashMap<(String, i64), (String, i64)> = HashMap::new();
+        for record in &finished {
+            let Some(tenant) = record.tenant.as_ref() else {
+                continue;
+            };
+            for hold in &record.budget_holds {
+                release(conn, tenant.as_str(), hold).await?;
+            }
+            let Some(budgets) = by_tenant.get(tenant.as_str()) else {
+                continue;
+            };
+            let applicable: Vec<&Budget> = budgets
+                .iter()
+                .filter(|b| b.applies_to(record.customer_external_id.as_deref(), &record.tags))
+                .collect();
+            if applicable.is_empty() || record.cost_credits == 0 {
+                continue;
+            }
+            let charged = budget_charges::Entity::insert(budget_charges::ActiveModel {
+                run_id: Set(record.id.clone()),
+                tenant_id: Set(tenant.as_str().to_string()),
+                created_at: Set(to_millis(Timestamp::now())),
+            })
+            .on_conflict(
+                OnConflict::column(budget_charges::Column::RunId)
+                    .do_nothing()
+                    .to_owned(),
+            )
+            .exec_without_returning(conn)
+            .await?;
+            if charged == 0 {
+                continue;
+            }
+            for budget in applicable {
+                let (start, _) = budget_window(budget.period, record.created_at.0);
+                let start = start.timestamp_millis();
+                let entry = spend
+                    .entry((budget.id.clone(), start))
+                    .or_insert_with(|| (tenant.as_str().to_string(), 0));
+                entry.1 = entry.1.saturating_add(record.cost_credits);
+            }
+        }
+        let mut alerts = Vec::new();
+        for ((budget_id, start), (tenant, credits)) in spend {
+            ensure_window(conn, &tenant, &budget_id, start).await?;
+            budget_windows::Entity::update_many()
+                .col_expr(
+                    budget_windows::Column::SpentCredits,
+                    Expr::col(budget_windows::Column::SpentCredits).add(credits),
+                )
+                .filter(budget_windows::Column::BudgetId.eq(budget_id.as_str()))
+                .filter(budget_windows::Column::WindowStart.eq(start))
+                .exec(conn)
+                .await?;
+            let Some(budget) = by_tenant
+                .get(&tenant)
+                .and_then(|list| list.iter().find(|b| b.id == budget_id))
+            else {
+                continue;
+            };
+            let spent = budget_windows::Entity::find_by_id((budget_id.clone(), start))
+                .one(conn)
+                .await?
+                .map_or(0, |w| w.spent_credits);
+            for threshold in reached_thresholds(
+                budget.limit_credits,
+                spent,
+                &budget.alert_thresholds_percent,
+            ) {
+                let inserted = budget_alerts::Entity::insert(budget_alerts::ActiveModel {
+                    budget_id: Set(budget_id.clone()),
+                    window_start: Set(start),
+                    threshold: Set(i32::try_from(threshold).unwrap_or(i32::MAX)),
+                    tenant_id: Set(tenant.clone()),
+                    spent_credits: Set(spent),
+                    created_at: Set(to_millis(Timestamp::now())),
+                    delivered_at: Set(None),
+                    attempts: Set(0),
+                    last_error: Set(None),
+                })
+                .on_conflict(
+                    OnConflict::columns([
+                        budget_alerts::Column::BudgetId,
+                        budget_alerts::Column::WindowStart,
+                        budget_alerts::Column::Threshold,
+                    ])
+                    .do_nothing()
+                    .to_owned(),
+                )
+                .exec_without_returning(conn)
+                .await?;
+                if inserted == 1 {
+                    alerts.push(BudgetAlert {
+                        tenant: TenantId::new(tenant.clone()),
+                        budget_id: budget_id.clone(),
+                        window_start: from_millis(start),
+                        threshold_percent: threshold,
+                        spent_credits: spent,
+                    });
+                }
+            }
+        }
+        Ok(alerts)
+    }
+
+    /// Records how the delivery of an alert went.
+    pub async fn record_alert_delivery(
+        &self,
+        alert: &BudgetAlert,
+        attempts: u32,
+        error: Option<&str>,
+    ) -> StoreResult<()> {
+        budget_alerts::Entity::update_many()
+            .col_expr(
+                budget_alerts::Column::Attempts,
+                Expr::value(i32::try_from(attempts).unwrap_or(i32::MAX)),
+            )
+            .col_expr(
+                budget_alerts::Column::DeliveredAt,
+                Expr::value(error.is_none().then(|| to_millis(Timestamp::now()))),
+            )
+            .col_expr(
+                budget_alerts::Column::LastError,
+                Expr::value(error.map(str::to_string)),
+            )
+            .filter(budget_alerts::Column::TenantId.eq(alert.tenant.as_str()))
+            .filter(budget_alerts::Column::BudgetId.eq(alert.budget_id.as_str()))
+            .filter(budget_alerts::Column::WindowStart.eq(to_millis(alert.window_start)))
+            .filter(
+                budget_alerts::Column::Threshold
+                    .eq(i32::try_from(alert.threshold_percent).unwrap_or(i32::MAX)),
+            )
+            .exec(self.conn())
+            .await?;
+        Ok(())
+    }
+}
+
+async fn release<C: ConnectionTrait>(conn: &C, tenant: &str, hold: &BudgetHold) -> StoreResult<()> {
+    budget_windows::Entity::update_many()
+        .col_expr(
+            budget_windows::Column::ReservedCredits,
+            minus_reserved(hold.credits),
+        )
+        .filter(budget_windows::Column::TenantId.eq(tenant))
+        .filter(budget_windows::Column::BudgetId.eq(hold.budget_id.as_str()))
+        .filter(budget_windows::Column::WindowStart.eq(hold.window_start_ms))
+        .exec(conn)
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,324 @@
+//! Budgets: CRUD, hard limits under concurrency (spend stays within one request of the limit),
+//! alerts delivered once per threshold with a valid signature, retried when the receiver fails.
+
+use std::time::Duration;
+
+use baton_testkit::{Reply, WebhookReceiver};
+use hmac::{Hmac, Mac};
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use crate::chat::app_with_mock_and;
+use crate::helpers::TestApp;
+
+/// Credits of one mock answer of 1000 tokens in and 500 out on gpt-4o-mini.
+async fn credits_per_call(app: &TestApp) -> i64 {
+    let descriptors = app
+        .get("/api/v1/models/descriptors", &app.default_tenant.api_key)
+        .await
+        .json();
+    let mini = descriptors
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == "openai/gpt-4o-mini")
+        .unwrap()
+        .clone();
+    let micro = 1000 * mini["inputCreditsPerMillion"].as_i64().unwrap()
+        + 500 * mini["outputCreditsPerMillion"].as_i64().unwrap();
+    (micro + 500_000) / 1_000_000
+}
+
+async fn chat(app: &TestApp, headers: &[(&str, &str)]) -> crate::helpers::Response {
+    let mut request = app
+        .client
+        .post(app.url("/api/v1/chat/completions"))
+        .bearer_auth(&app.default_tenant.api_key)
+        // 1000 bytes: the mock's 1000 tokens in are not more than the text could be.
+        .json(&json!({"model": "openai/gpt-4o-mini", "max_tokens": 500,
+                      "messages": [{"role": "user", "content": "x".repeat(1000)}]}));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    crate::helpers::send(request).await
+}
+
+/// The budget's current period once the log writer has caught up with `expected_runs` runs.
+async fn settled(app: &TestApp, id: &str, expected_runs: usize) -> Value {
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    for _ in 0..200 {
+        let runs = app.store.list_runs(&tenant).await.unwrap();
+        if runs.len() >= expected_runs && runs.iter().all(|r| r.completed_at.is_some()) {
+            let budget = app
+                .get(
+                    &format!("/api/v1/budgets/{id}"),
+                    &app.default_tenant.api_key,
+                )
+                .await
+                .json();
+            if budget["currentPeriod"]["reservedCredits"] == 0 {
+                return budget;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("budget {id} never settled");
+}
+
+#[tokio::test]
+async fn budgets_are_created_listed_replaced_and_deleted() {
+    let (app, _mock) = app_with_mock_and(|_| {}).await;
+    let key = app.default_tenant.api_key.clone();
+    let created = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Monthly", "period": "month", "limitCredits": 5000000,
+                   "webhookUrl": "https://hooks.example.com/baton", "tag": "Team:search"}),
+        )
+        .await;
+    assert_eq!(created.status, 201, "{}", created.text);
+    let created = created.json();
+    assert_eq!(created["period"], "Month");
+    assert_eq!(created["alertThresholdsPercent"], json!([50, 80, 100]));
+    assert_eq!(created["hardLimit"], false);
+    assert!(
+        created["webhookSecret"]
+            .as_str()
+            .unwrap()
+            .starts_with("whsec_")
+    );
+    assert_eq!(created["currentPeriod"]["spentCredits"], 0);
+    assert_eq!(created["currentPeriod"]["remainingCredits"], 5000000);
+    let id = created["id"].as_str().unwrap().to_string();
+
+    // The secret is shown once.
+    let fetched = app.get(&format!("/api/v1/budgets/{id}"), &key).await.json();
+    assert!(fetched.get("webhookSecret").is_none());
+    assert_eq!(fetched["tag"], "Team:search");
+
+    app.post(
+        "/api/v1/budgets",
+        &key,
+        json!({"name": "Monthly", "period": "Day", "limitCredits": 1}),
+    )
+    .await
+    .error(409, "ALREADY_EXISTS");
+    for (body, param) in [
+        (
+            json!({"name": "x", "period": "Year", "limitCredits": 1}),
+            "period",
+        ),
+        (
+            json!({"name": "x", "period": "Day", "limitCredits": 0}),
+            "limitCredits",
+        ),
+        (
+            json!({"name": "x", "period": "Day", "limitCredits": 1, "alertThresholdsPercent": [0]}),
+            "alertThresholdsPercent",
+        ),
+        (
+            json!({"name": "x", "period": "Day", "limitCredits": 1, "webhookUrl": "not a url"}),
+            "webhookUrl",
+        ),
+    ] {
+        let bad = app.post("/api/v1/budgets", &key, body).await;
+        bad.error(400, "VALIDATION_ERROR");
+        assert_eq!(bad.json()["error"]["param"], param);
+    }
+    assert_eq!(
+        app.get("/api/v1/budgets", &key)
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "invalid bodies wrote nothing"
+    );
+
+    let replaced = app
+        .put(
+            &format!("/api/v1/budgets/{id}"),
+            &key,
+            json!({"name": "Daily", "period": "DAY", "limitCredits": 10, "hardLimit": true}),
+        )
+        .await;
+    assert_eq!(replaced.status, 200, "{}", replaced.text);
+    let replaced = replaced.json();
+    assert_eq!(replaced["period"], "Day");
+    assert_eq!(replaced["hardLimit"], true);
+    assert_eq!(replaced["tag"], Value::Null);
+    let deleted = app
+        .request(
+            reqwest::Method::DELETE,
+            &format!("/api/v1/budgets/{id}"),
+            Some(&key),
+            None,
+        )
+        .await;
+    assert_eq!(deleted.status, 204);
+    app.get(&format!("/api/v1/budgets/{id}"), &key)
+        .await
+        .error(404, "NOT_FOUND");
+}
+
+#[tokio::test]
+async fn concurrent_requests_cannot_overspend_a_hard_limit_by_more_than_one_request() {
+    let (app, mock) = app_with_mock_and(|_| {}).await;
+    let key = app.default_tenant.api_key.clone();
+    let per_call = credits_per_call(&app).await;
+    assert!(per_call > 0);
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Room for one", "period": "Day", "limitCredits": per_call,
+                   "hardLimit": true}),
+        )
+        .await
+        .json();
+    let id = budget["id"].as_str().unwrap().to_string();
+    for _ in 0..50 {
+        mock.push(Reply::text("spent").with_usage(1000, 500));
+    }
+    let responses = futures::future::join_all((0..50).map(|_| chat(&app, &[]))).await;
+    let served = responses.iter().filter(|r| r.status == 200).count();
+    let refused: Vec<_> = responses.iter().filter(|r| r.status == 402).collect();
+    assert_eq!(
+        served + refused.len(),
+        50,
+        "every request answered 200 or 402"
+    );
+    assert!(served >= 1, "the room for one request was used");
+    assert!(
+        !refused.is_empty(),
+        "50 requests do not fit in room for one"
+    );
+    for response in &refused {
+        response.error(402, "BUDGET_EXCEEDED");
+    }
+    let settled = settled(&app, &id, served).await;
+    let spent = settled["currentPeriod"]["spentCredits"].as_i64().unwrap();
+    assert_eq!(
+        spent,
+        served as i64 * per_call,
+        "spend is what the served requests cost"
+    );
+    assert!(
+        spent <= per_call * 2,
+        "spend {spent} overshoots the limit {per_call} by more than one request"
+    );
+    // Once spent, the next request is refused; deleting the budget lifts the limit.
+    chat(&app, &[]).await.error(402, "BUDGET_EXCEEDED");
+    app.request(
+        reqwest::Method::DELETE,
+        &format!("/api/v1/budgets/{id}"),
+        Some(&key),
+        None,
+    )
+    .await;
+    assert_eq!(chat(&app, &[]).await.status, 200);
+}
+
+#[tokio::test]
+async fn a_budget_counts_only_its_customer_or_tag() {
+    let (app, mock) = app_with_mock_and(|_| {}).await;
+    let key = app.default_tenant.api_key.clone();
+    let per_call = credits_per_call(&app).await;
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Search team", "period": "Week", "limitCredits": per_call,
+                   "hardLimit": true, "tag": "Team:search"}),
+        )
+        .await
+        .json();
+    let id = budget["id"].as_str().unwrap().to_string();
+    for _ in 0..3 {
+        mock.push(Reply::text("spent").with_usage(1000, 500));
+    }
+    assert_eq!(
+        chat(&app, &[("x-baton-tags", "Team:ads")]).await.status,
+        200
+    );
+    assert_eq!(
+        chat(&app, &[("x-baton-tags", "Team:search")]).await.status,
+        200
+    );
+    let settled = settled(&app, &id, 2).await;
+    assert_eq!(
+        settled["currentPeriod"]["spentCredits"], per_call,
+        "only the tagged request"
+    );
+    chat(&app, &[("x-baton-tags", "Team:search")])
+        .await
+        .error(402, "BUDGET_EXCEEDED");
+    assert_eq!(
+        chat(&app, &[("x-baton-tags", "Team:ads")]).await.status,
+        200
+    );
+}
+
+#[tokio::test]
+async fn each_threshold_alerts_once_with_a_valid_signature_and_failed_deliveries_are_retried() {
+    // The first delivery fails: the sender retries it.
+    let receiver = WebhookReceiver::start(1).await.unwrap();
+    let address = receiver.addr();
+    let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(address)).await;
+    let key = app.default_tenant.api_key.clone();
+    let per_call = credits_per_call(&app).await;
+    // Four calls reach 100%: 50% after the second, 75% after the third.
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Alerts", "period": "Month", "limitCredits": per_call * 4,
+                   "alertThresholdsPercent": [50, 75, 100], "webhookUrl": receiver.url()}),
+        )
+        .await
+        .json();
+    let secret = budget["webhookSecret"].as_str().unwrap().to_string();
+    let id = budget["id"].as_str().unwrap().to_string();
+    for n in 1..=6 {
+        mock.push(Reply::text("spent").with_usage(1000, 500));
+        assert_eq!(
+            chat(&app, &[]).await.status,
+            200,
+            "a soft budget refuses nothing"
+        );
+        settled(&app, &id, n).await;
+    }
+    // Three thresholds, one failed attempt: four deliveries, then nothing more.
+    for _ in 0..100 {
+        if receiver.deliveries().len() >= 4 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let deliveries = receiver.deliveries();
+    assert_eq!(deliveries.len(), 4, "{deliveries:?}");
+    assert_eq!(deliveries[0].status, 500);
+    let mut thresholds: Vec<i64> = Vec::new();
+    for delivery in deliveries.iter().skip(1) {
+        let signature = delivery.header("x-baton-signature").unwrap();
+        let (t, v1) = signature
+            .strip_prefix("t=")
+            .and_then(|rest| rest.split_once(",v1="))
+            .unwrap();
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("{t}.").as_bytes());
+        mac.update(&delivery.body);
+        mac.verify_slice(&hex::decode(v1).unwrap())
+            .expect("the signature verifies with the budget's secret");
+        let body: Value = serde_json::from_slice(&delivery.body).unwrap();
+        assert_eq!(body["type"], "budget.threshold_reached");
+        assert_eq!(body["budgetId"], id.as_str());
+        assert_eq!(body["limitCredits"], per_call * 4);
+        thresholds.push(body["thresholdPercent"].as_i64().unwrap());
+    }
+    thresholds.sort_unstable();
+    assert_eq!(thresholds, [50, 75, 100]);
+}
