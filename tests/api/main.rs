@@ -20,6 +20,7 @@ mod health;
 mod openapi;
 mod python_mcp;
 mod python_sdk;
+mod retention;
 mod routing;
 mod settings;
 mod tools;

@@ -14,6 +14,7 @@ pub mod flow;
 pub mod ids;
 pub mod model;
 pub mod origin;
+pub mod retention;
 pub mod routing;
 pub mod run;
 pub mod settings;

@@ -34,6 +34,7 @@ const KNOWN_KEYS: &[&str] = &[
     "routing",
     "cache",
     "tools",
+    "retention",
     "catalogue_path",
     "providers",
 ];
@@ -65,6 +66,8 @@ pub struct Config {
     pub cache: CacheConfig,
     #[serde(default)]
     pub tools: ToolsConfig,
+    #[serde(default)]
+    pub retention: RetentionConfig,
     /// Exact addresses the outbound guard lets through although they are private (test servers
     /// on loopback). Not configurable from files or the environment, on purpose.
     #[serde(skip)]
@@ -193,6 +196,25 @@ impl Default for ToolsConfig {
             call_timeout_ms: u64::try_from(api.tool_call_timeout.as_millis()).unwrap_or(30_000),
             connect_timeout_ms: u64::try_from(api.tool_connect_timeout.as_millis())
                 .unwrap_or(10_000),
+        }
+    }
+}
+
+/// The background pass that strips text older than each tenant's `textRetentionDays`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetentionConfig {
+    /// Seconds between passes (0 turns the cleanup off).
+    pub cleanup_interval_secs: u64,
+    /// Runs stripped per statement batch.
+    pub cleanup_batch: u64,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        Self {
+            cleanup_interval_secs: 3600,
+            cleanup_batch: 500,
         }
     }
 }

@@ -87,6 +87,13 @@ impl Application {
         let state =
             AppState::build(store.clone(), providers, runs.clone(), config.api_config()?).await?;
         baton_api::budgets::spawn_alert_delivery(state.clone(), alert_queue);
+        if config.retention.cleanup_interval_secs > 0 {
+            baton_store::retention::spawn_text_cleanup(
+                store.clone(),
+                Duration::from_secs(config.retention.cleanup_interval_secs),
+                config.retention.cleanup_batch.max(1),
+            );
+        }
         let router = baton_api::build_router(state);
         let listener = TcpListener::bind(config.bind).await?;
         Ok(Application {

@@ -15,6 +15,7 @@ pub mod customers;
 pub mod environments;
 pub mod flows;
 pub mod provision;
+pub mod retention;
 pub mod routing_rules;
 pub mod runs;
 pub mod secrets;

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::budgets::BudgetAlert;
 use crate::entity::{run_events, run_tags, runs};
+use crate::retention::TextSampling;
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreError, StoreResult};
 
@@ -397,6 +398,7 @@ impl RunWriter {
 
 async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: WriterOptions) {
     let mut buffer: Vec<Message> = Vec::with_capacity(options.batch);
+    let mut sampling = TextSampling::default();
     loop {
         if rx.recv_many(&mut buffer, options.batch).await == 0 {
             return;
@@ -428,6 +430,7 @@ async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: Writ
                 Message::Close(ack) => close = Some(ack),
             }
         }
+        sampling.apply(&store, &mut records, &mut events).await;
         write_with_retry(&store, &records, &events, close.is_some(), &options).await;
         if let Some(ack) = close {
             // Anything queued after the close request is written too before stopping.
@@ -435,7 +438,7 @@ async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: Writ
             while let Ok(message) = rx.try_recv() {
                 rest.push(message);
             }
-            let (records, events): (Vec<_>, Vec<_>) =
+            let (mut records, mut events): (Vec<_>, Vec<_>) =
                 rest.into_iter()
                     .fold((Vec::new(), Vec::new()), |(mut r, mut e), m| {
                         match m {
@@ -449,6 +452,7 @@ async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: Writ
                         }
                         (r, e)
                     });
+            sampling.apply(&store, &mut records, &mut events).await;
             write_with_retry(&store, &records, &events, true, &options).await;
             let _ = ack.send(());
             return;
