@@ -12,6 +12,7 @@ mod m20261122_000002_runs;
 mod m20261122_000003_routing;
 mod m20261122_000004_flows;
 mod m20261122_000005_tools;
+mod m20261123_000001_run_log_entries;
 
 pub struct Migrator;
 
@@ -24,6 +25,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000003_routing::Migration),
             Box::new(m20261122_000004_flows::Migration),
             Box::new(m20261122_000005_tools::Migration),
+            Box::new(m20261123_000001_run_log_entries::Migration),
         ]
     }
 }

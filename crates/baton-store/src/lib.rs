@@ -13,6 +13,7 @@ pub mod api_keys;
 pub mod customers;
 pub mod environments;
 pub mod flows;
+pub mod logs;
 pub mod provision;
 pub mod routing_rules;
 pub mod runs;
