@@ -12,7 +12,8 @@ mod m20261122_000002_runs;
 mod m20261122_000003_routing;
 mod m20261122_000004_flows;
 mod m20261122_000005_tools;
-mod m20261123_000007_budgets;
+mod m20261123_000001_run_log_entries;
+mod m20261123_000002_budgets;
 
 pub struct Migrator;
 
@@ -25,7 +26,8 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000003_routing::Migration),
             Box::new(m20261122_000004_flows::Migration),
             Box::new(m20261122_000005_tools::Migration),
-            Box::new(m20261123_000007_budgets::Migration),
+            Box::new(m20261123_000001_run_log_entries::Migration),
+            Box::new(m20261123_000002_budgets::Migration),
         ]
     }
 }

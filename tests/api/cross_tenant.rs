@@ -183,6 +183,26 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             "/api/v1/runs/{runId}/cancel",
             format!("/api/v1/runs/{run_id}/cancel"),
         ),
+        (
+            "/api/v1/llm-logs/{id}",
+            format!("/api/v1/llm-logs/{run_id}"),
+        ),
+        (
+            "/api/v1/llm-logs/{id}/hierarchy",
+            format!("/api/v1/llm-logs/{run_id}/hierarchy"),
+        ),
+        (
+            "/api/v1/llm-logs/{id}/events",
+            format!("/api/v1/llm-logs/{run_id}/events"),
+        ),
+        (
+            "/api/v1/llm-logs/{id}/events/stats",
+            format!("/api/v1/llm-logs/{run_id}/events/stats"),
+        ),
+        (
+            "/api/v1/llm-logs/{id}/log-entries",
+            format!("/api/v1/llm-logs/{run_id}/log-entries"),
+        ),
         ("/api/v1/tools/{id}", format!("/api/v1/tools/{tool_id}")),
         (
             "/api/v1/budgets/{id}",

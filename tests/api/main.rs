@@ -17,6 +17,7 @@ mod customers;
 mod environments;
 mod flows;
 mod health;
+mod llm_logs;
 mod openapi;
 mod python_mcp;
 mod python_sdk;

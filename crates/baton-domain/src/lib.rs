@@ -12,6 +12,7 @@ pub mod environment;
 pub mod error;
 pub mod flow;
 pub mod ids;
+pub mod logs;
 pub mod model;
 pub mod origin;
 pub mod retention;

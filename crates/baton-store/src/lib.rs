@@ -14,6 +14,7 @@ pub mod budgets;
 pub mod customers;
 pub mod environments;
 pub mod flows;
+pub mod logs;
 pub mod provision;
 pub mod retention;
 pub mod routing_rules;

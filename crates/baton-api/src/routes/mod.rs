@@ -11,6 +11,7 @@ pub mod flow_runs;
 pub mod flows;
 pub mod health;
 pub mod inference;
+pub mod llm_logs;
 pub mod mcp_servers;
 pub mod models;
 pub mod openapi;
@@ -70,6 +71,12 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(flow_runs::run_flow))
         .routes(routes!(flow_runs::get_run))
         .routes(routes!(flow_runs::cancel_run))
+        .routes(routes!(llm_logs::list_llm_logs))
+        .routes(routes!(llm_logs::get_llm_log))
+        .routes(routes!(llm_logs::get_llm_log_hierarchy))
+        .routes(routes!(llm_logs::get_llm_log_events))
+        .routes(routes!(llm_logs::get_llm_log_event_stats))
+        .routes(routes!(llm_logs::get_llm_log_entries))
         .routes(routes!(export::export))
         .routes(routes!(export::import))
         .routes(routes!(settings::get_settings, settings::update_settings))

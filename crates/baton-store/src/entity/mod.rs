@@ -14,6 +14,7 @@ pub mod flows;
 pub mod mcp_servers;
 pub mod routing_rules;
 pub mod run_events;
+pub mod run_log_entries;
 pub mod run_tags;
 pub mod runs;
 pub mod server_secrets;

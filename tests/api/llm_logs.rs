@@ -1,0 +1,870 @@
+//! The invocation log API: filters, keyset pagination under concurrent writes, page-size
+//! bounds, the full entry, the agent-tree hierarchy, stored events and their counts, log lines.
+
+use std::collections::HashSet;
+
+use baton_domain::logs::RunLogEntry;
+use baton_domain::run::{RunKind, RunRecord, RunStatus, ToolCallRecord};
+use baton_domain::{TenantId, Timestamp};
+use baton_store::runs::new_record;
+use baton_testkit::Reply;
+use chrono::{DateTime, Duration, Utc};
+use reqwest::Method;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::chat::{app_with_mock, wait_for_run};
+use crate::helpers::{TestApp, spawn_app};
+use crate::tools::{calls, setup};
+
+fn at(base: DateTime<Utc>, offset_ms: i64) -> Timestamp {
+    Timestamp(base + Duration::milliseconds(offset_ms))
+}
+
+fn base_time() -> DateTime<Utc> {
+    let now = Utc::now() - Duration::hours(1);
+    DateTime::from_timestamp_millis(now.timestamp_millis()).unwrap()
+}
+
+fn run(tenant: &TenantId, created_at: Timestamp) -> RunRecord {
+    let mut record = new_record(
+        uuid::Uuid::now_v7().to_string(),
+        tenant.clone(),
+        RunKind::Flow,
+        "openai/gpt-4o-mini".into(),
+    );
+    record.status = RunStatus::Succeeded;
+    record.created_at = created_at;
+    record.completed_at = Some(created_at);
+    record
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Every id a filtered listing returns, followed across pages.
+async fn listed(app: &TestApp, key: &str, query: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/api/v1/llm-logs?pageSize=3&{query}");
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let response = app.get(&path, key).await;
+        assert_eq!(response.status, 200, "{path}: {}", response.text);
+        let page = response.json();
+        out.extend(ids(&page));
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return out,
+        }
+    }
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+#[tokio::test]
+async fn every_filter_selects_its_runs() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    let tenant = TenantId::new(app.default_tenant.id.clone());
+
+    // One real request through the mock provider.
+    mock.push(Reply::text("hello").with_usage(10, 5));
+    let response = crate::helpers::send(
+        app.client
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("x-baton-customer-id", "cust-live")
+            .header("x-baton-tags", "Team:live")
+            .json(&json!({"model": "openai/gpt-4o-mini",
+                          "messages": [{"role": "user", "content": "Say hi"}]})),
+    )
+    .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let live = response.headers["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    wait_for_run(&app, &live).await;
+
+    let base = base_time();
+    let mut staging = run(&tenant, at(base, 1));
+    staging.environment = Some("staging".into());
+    staging.flow_name = Some("alpha".into());
+    staging.tags = vec!["Team:a".into()];
+    staging.customer_external_id = Some("cust-1".into());
+    let mut failed = run(&tenant, at(base, 2));
+    failed.environment = Some("production".into());
+    failed.flow_name = Some("beta".into());
+    failed.status = RunStatus::Failed;
+    failed.tags = vec!["Team:b".into(), "Feature:x".into()];
+    let mut pending = run(&tenant, at(base, 3));
+    pending.environment = Some("production".into());
+    pending.flow_name = Some("alpha".into());
+    pending.status = RunStatus::Pending;
+    pending.completed_at = None;
+    let mut child = run(&tenant, at(base, 4));
+    child.parent_id = Some(staging.id.clone());
+    child.root_id = staging.id.clone();
+    child.depth = 1;
+    child.agent_role = Some("helper".into());
+    child.flow_name = Some("gamma".into());
+    let mut cancelled = run(&tenant, at(base, 5));
+    cancelled.cancel_requested_at = Some(at(base, 6));
+    cancelled.cancel_requested_by = Some("user:x".into());
+    cancelled.cancelled_at = Some(at(base, 7));
+    let old = run(&tenant, Timestamp(base - Duration::days(2)));
+    app.store
+        .write_runs(
+            &[
+                staging.clone(),
+                failed.clone(),
+                pending.clone(),
+                child.clone(),
+                cancelled.clone(),
+                old.clone(),
+            ],
+            &[],
+        )
+        .await
+        .unwrap();
+    let all = vec![
+        live.clone(),
+        cancelled.id.clone(),
+        child.id.clone(),
+        pending.id.clone(),
+        failed.id.clone(),
+        staging.id.clone(),
+        old.id.clone(),
+    ];
+    // Newest first, every run once.
+    assert_eq!(listed(&app, &key, "").await, all);
+
+    let cases: Vec<(String, Vec<&String>)> = vec![
+        (
+            "environments=staging&environments=production".into(),
+            vec![&staging.id, &failed.id, &pending.id],
+        ),
+        ("environments=staging,nowhere".into(), vec![&staging.id]),
+        (
+            "flows=alpha".into(),
+            vec![&staging.id, &pending.id],
+        ),
+        (
+            "flows=beta,gamma".into(),
+            vec![&failed.id, &child.id],
+        ),
+        ("statuses=failed".into(), vec![&failed.id]),
+        (
+            "statuses=Pending,FAILED".into(),
+            vec![&failed.id, &pending.id],
+        ),
+        (
+            "tags=Team:a&tags=Feature:x".into(),
+            vec![&staging.id, &failed.id],
+        ),
+        ("tags=Team:live".into(), vec![&live]),
+        ("customerId=cust-1".into(), vec![&staging.id]),
+        ("customerId=cust-live".into(), vec![&live]),
+        (
+            format!("parentRequestId={}", staging.id),
+            vec![&child.id],
+        ),
+        ("cancelled=true".into(), vec![&cancelled.id]),
+        (
+            format!("from={}", at(base, -1)),
+            vec![
+                &staging.id,
+                &failed.id,
+                &pending.id,
+                &child.id,
+                &cancelled.id,
+                &live,
+            ],
+        ),
+        (
+            format!("from={}&to={}", at(base, 2), at(base, 4)),
+            vec![&failed.id, &pending.id],
+        ),
+        (
+            format!("to={}", at(base, 0)),
+            vec![&old.id],
+        ),
+        (
+            format!("to={}", (base - Duration::days(1)).format("%Y-%m-%d")),
+            vec![&old.id],
+        ),
+        (
+            "flows=alpha&statuses=Succeeded&environments=staging&tags=Team:a&customerId=cust-1&rootOnly=true&cancelled=false".into(),
+            vec![&staging.id],
+        ),
+    ];
+    for (query, expected) in cases {
+        assert_eq!(
+            sorted(listed(&app, &key, &query).await),
+            sorted(expected.into_iter().cloned().collect()),
+            "{query}"
+        );
+    }
+    let roots = listed(&app, &key, "rootOnly=true").await;
+    assert_eq!(roots.len(), all.len() - 1);
+    assert!(!roots.contains(&child.id));
+    let not_cancelled = listed(&app, &key, "cancelled=false").await;
+    assert_eq!(not_cancelled.len(), all.len() - 1);
+    assert!(!not_cancelled.contains(&cancelled.id));
+
+    // Invalid input names the field.
+    for (query, param) in [
+        ("statuses=Done", "statuses"),
+        ("statuses=Succeeded,Cancelled", "statuses"),
+        ("pageSize=201", "pageSize"),
+        ("pageSize=0", "pageSize"),
+        ("from=yesterday", "from"),
+        ("to=2026-13-40", "to"),
+        ("cancelled=yes", "cancelled"),
+        ("rootOnly=maybe", "rootOnly"),
+        ("cursor=not-a-cursor", "cursor"),
+        ("status=Failed", "status"),
+    ] {
+        let error = app
+            .get(&format!("/api/v1/llm-logs?{query}"), &key)
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(error["param"], param, "{query}");
+    }
+}
+
+#[tokio::test]
+async fn page_size_defaults_to_50_and_is_bounded_at_200() {
+    let app = spawn_app().await;
+    let key = app.default_tenant.api_key.clone();
+    let tenant = TenantId::new(app.default_tenant.id.clone());
+    let base = base_time();
+    let rows: Vec<RunRecord> = (0..230).map(|i| run(&tenant, at(base, i))).collect();
+    app.store.write_runs(&rows, &[]).await.unwrap();
+
+    let first = app.get("/api/v1/llm-logs", &key).await.json();
+    assert_eq!(ids(&first).len(), 50);
+    assert!(first["nextCursor"].is_string());
+    let biggest = app.get("/api/v1/llm-logs?pageSize=200", &key).await.json();
+    assert_eq!(ids(&biggest).len(), 200);
+    let rest = app
+        .get(
+            &format!(
+                "/api/v1/llm-logs?pageSize=200&cursor={}",
+                biggest["nextCursor"].as_str().unwrap()
+            ),
+            &key,
+        )
+        .await
+        .json();
+    assert_eq!(ids(&rest).len(), 30);
+    assert!(rest["nextCursor"].is_null(), "the last page has no cursor");
+    app.get("/api/v1/llm-logs?pageSize=201", &key)
+        .await
+        .error(400, "VALIDATION_ERROR");
+    // Summaries leave the bodies out.
+    assert!(first["items"][0].get("request").is_none());
+    assert_eq!(first["items"][0]["status"], "Succeeded");
+}
+
+#[tokio::test]
+async fn cursor_pagination_over_1000_rows_while_inserts_continue_has_no_gaps_or_duplicates() {
+    let app = spawn_app().await;
+    let key = app.default_tenant.api_key.clone();
+    let tenant = TenantId::new(app.default_tenant.id.clone());
+    let base = base_time();
+    // Runs of the same millisecond in fives, so the id breaks ties inside a page and across
+    // page boundaries.
+    let rows: Vec<RunRecord> = (0..1000)
+        .map(|i| {
+            let mut record = run(&tenant, at(base, i / 5));
+            if i % 7 == 0 {
+                record.status = RunStatus::Pending;
+                record.completed_at = None;
+            }
+            record
+        })
+        .collect();
+    for chunk in rows.chunks(250) {
+        app.store.write_runs(chunk, &[]).await.unwrap();
+    }
+    let existing: HashSet<String> = rows.iter().map(|r| r.id.clone()).collect();
+
+    // Another task keeps writing: new runs, runs written late with old timestamps (the writer
+    // is batched), and Pending runs finished (rewritten in place). It writes a batch each time
+    // the reader asks, so writes land between every two pages.
+    let (ask, mut asked) = mpsc::channel::<()>(1);
+    let (done, mut written) = mpsc::channel::<usize>(1);
+    let store = app.store.clone();
+    let pending: Vec<RunRecord> = rows
+        .iter()
+        .filter(|r| r.status == RunStatus::Pending)
+        .cloned()
+        .collect();
+    let writer_tenant = tenant.clone();
+    let writer = tokio::spawn(async move {
+        let mut total = 0;
+        let mut round = 0usize;
+        while asked.recv().await.is_some() {
+            let mut batch = vec![
+                run(&writer_tenant, Timestamp::now()),
+                run(
+                    &writer_tenant,
+                    at(base, i64::try_from(round * 7 % 200).unwrap()),
+                ),
+            ];
+            if let Some(finished) = pending.get(round) {
+                let mut finished = finished.clone();
+                finished.status = RunStatus::Succeeded;
+                finished.completed_at = Some(Timestamp::now());
+                batch.push(finished);
+            }
+            store.write_runs(&batch, &[]).await.unwrap();
+            total += 2;
+            round += 1;
+            done.send(total).await.unwrap();
+        }
+    });
+
+    let mut seen: Vec<String> = Vec::new();
+    let mut cursor: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/api/v1/llm-logs?pageSize=37&cursor={c}"),
+            None => "/api/v1/llm-logs?pageSize=37".to_string(),
+        };
+        let response = app.get(&path, &key).await;
+        assert_eq!(response.status, 200, "{}", response.text);
+        let page = response.json();
+        seen.extend(ids(&page));
+        pages += 1;
+        ask.send(()).await.unwrap();
+        written.recv().await.unwrap();
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    drop(ask);
+    writer.await.unwrap();
+
+    let unique: HashSet<&String> = seen.iter().collect();
+    assert_eq!(unique.len(), seen.len(), "no run is listed twice");
+    let missing: Vec<&String> = existing.iter().filter(|id| !unique.contains(id)).collect();
+    assert!(missing.is_empty(), "{} runs skipped", missing.len());
+    assert!(pages >= 1000 / 37, "{pages} pages");
+    // The rows the other task wrote are in the log.
+    let everything = app.store.list_runs(&tenant).await.unwrap();
+    assert_eq!(everything.len(), 1000 + 2 * pages);
+}
+
+#[tokio::test]
+async fn an_entry_has_every_field_of_the_spec() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    let tenant = TenantId::new(app.default_tenant.id.clone());
+
+    mock.push(Reply::text("detailed answer").with_usage(1200, 300));
+    let response = crate::helpers::send(
+        app.client
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("x-baton-customer-id", "cust-42")
+            .header("x-baton-tags", "Team:search")
+            .json(&json!({"model": "openai/gpt-4o-mini", "temperature": 0.5,
+                          "messages": [{"role": "user", "content": "Say hi"}]})),
+    )
+    .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let id = response.headers["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let record = wait_for_run(&app, &id).await;
+    let entry = app.get(&format!("/api/v1/llm-logs/{id}"), &key).await;
+    assert_eq!(entry.status, 200, "{}", entry.text);
+    let entry = entry.json();
+    assert_eq!(entry["id"], id);
+    assert_eq!(entry["status"], "Succeeded");
+    assert_eq!(entry["request"]["model"], "openai/gpt-4o-mini");
+    assert_eq!(entry["request"]["environment"], "openai-compatible");
+    assert_eq!(entry["request"]["tags"], json!(["Team:search"]));
+    assert!(entry["request"]["body"]["messages"].is_array());
+    assert_eq!(entry["response"]["body"]["text"], "detailed answer");
+    assert_eq!(entry["response"]["finishReason"], "stop");
+    assert_eq!(entry["usage"]["tokensIn"], 1200);
+    assert_eq!(entry["usage"]["tokensOut"], 300);
+    assert_eq!(entry["usage"]["reasoningTokens"], 0);
+    assert_eq!(entry["usage"]["costCredits"], record.cost_credits);
+    assert!(record.cost_credits > 0);
+    assert_eq!(
+        entry["usage"]["costUsd"].as_f64().unwrap(),
+        record.cost_credits as f64 / 1_000_000.0
+    );
+    assert!(entry["durationMs"].is_u64());
+    assert_eq!(entry["hierarchy"]["rootRequestId"], id);
+    assert!(entry["hierarchy"]["parentRequestId"].is_null());
+    assert_eq!(entry["hierarchy"]["depth"], 0);
+    assert_eq!(entry["customer"]["externalId"], "cust-42");
+    assert!(entry["customer"]["id"].is_string());
+    assert!(entry["feedbackScore"].is_null());
+    assert_eq!(entry["detailDropped"], false);
+    for field in ["cancelRequestedAt", "cancelledAt", "cancelRequestedBy"] {
+        assert!(entry[field].is_null(), "{field}");
+    }
+    assert_eq!(entry["cancelled"], false);
+    assert_eq!(entry["servedModel"], "openai/gpt-4o-mini");
+    assert_eq!(entry["fallbackUsed"], false);
+    assert_eq!(entry["attempts"][0]["model"], "openai/gpt-4o-mini");
+    assert_eq!(entry["attempts"][0]["outcome"], "succeeded");
+    assert_eq!(entry["warnings"], json!([]));
+    assert_eq!(entry["toolCalls"], json!([]));
+    // Unscored runs carry no progress fields at all (absent is not zero).
+    for field in ["progressScore", "progressCertainty", "minProgressScore"] {
+        assert!(entry.get(field).is_none(), "{field}");
+    }
+
+    // Tool calls with their endpoint and origin, cancel fields, dropped detail.
+    let mut stored = run(&tenant, Timestamp::now());
+    stored.detail_dropped = true;
+    stored.usage.reasoning_tokens = 42;
+    stored.cancel_requested_at = Some(Timestamp::now());
+    stored.cancel_requested_by = Some("apiKey:k1".into());
+    stored.cancelled_at = Some(Timestamp::now());
+    stored.tool_calls = vec![ToolCallRecord {
+        call_id: "c1".into(),
+        tool_name: "lookup".into(),
+        tool_type: "External".into(),
+        status: "succeeded".into(),
+        target_url: Some("https://tools.example.com/lookup".into()),
+        origin_source: Some("environment".into()),
+        duration_ms: 12,
+        error: None,
+        turn: 0,
+        child_request_id: None,
+        child_credits_used: None,
+    }];
+    app.store.write_runs(&[stored.clone()], &[]).await.unwrap();
+    let entry = app
+        .get(&format!("/api/v1/llm-logs/{}", stored.id), &key)
+        .await
+        .json();
+    assert_eq!(entry["detailDropped"], true);
+    assert!(entry["request"]["body"].is_null());
+    assert_eq!(entry["usage"]["reasoningTokens"], 42);
+    assert_eq!(entry["cancelled"], true);
+    assert_eq!(entry["cancelRequestedBy"], "apiKey:k1");
+    assert!(entry["cancelRequestedAt"].is_string());
+    assert!(entry["cancelledAt"].is_string());
+    assert_eq!(
+        entry["toolCalls"][0]["targetUrl"],
+        "https://tools.example.com/lookup"
+    );
+    assert_eq!(entry["toolCalls"][0]["originSource"], "environment");
+
+    app.get(&format!("/api/v1/llm-logs/{}", uuid::Uuid::now_v7()), &key)
+        .await
+        .error(404, "NOT_FOUND");
+}
+
+/// An empty flow and its first version.
+async fn empty_flow(s: &crate::tools::Setup, title: &str) -> (String, String) {
+    let flow = s
+        .ok(Method::POST, "/api/v1/flows", Some(json!({"title": title})))
+        .await;
+    let slug = flow["name"].as_str().unwrap().to_string();
+    let versions = s
+        .ok(Method::GET, &format!("/api/v1/flows/{slug}/versions"), None)
+        .await;
+    (slug, versions[0]["id"].as_str().unwrap().to_string())
+}
+
+async fn finish_flow(s: &crate::tools::Setup, (slug, version): &(String, String), template: Value) {
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/flows/{slug}/versions/{version}/templates/main"),
+        Some(template),
+    )
+    .await;
+    let _ = s
+        .call(
+            Method::POST,
+            "/api/v1/environments",
+            Some(json!({"name": "production"})),
+        )
+        .await;
+    s.ok(
+        Method::POST,
+        &format!("/api/v1/flows/{slug}/versions/{version}/environments"),
+        Some(json!({"environment": "production"})),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn hierarchy_events_and_stats_of_a_three_level_agent_tree() {
+    let s = setup().await;
+    let root = empty_flow(&s, "Editor").await;
+    let middle = empty_flow(&s, "Researcher").await;
+    let leaf = empty_flow(&s, "Fact checker").await;
+    let researcher = s
+        .tool(
+            json!({"name": "researcher", "toolType": "Agent", "agentTemplateId": middle.0,
+                     "description": "Ask the researcher"}),
+        )
+        .await;
+    let checker = s
+        .tool(
+            json!({"name": "fact_checker", "toolType": "Agent", "agentTemplateId": leaf.0,
+                     "description": "Ask the fact checker"}),
+        )
+        .await;
+    finish_flow(
+        &s,
+        &root,
+        json!({"template": "You edit.", "userTemplate": "[[topic]]", "toolIds": [researcher],
+               "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    finish_flow(
+        &s,
+        &middle,
+        json!({"template": "You research: [[input]]", "toolIds": [checker], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    finish_flow(
+        &s,
+        &leaf,
+        json!({"template": "You check facts.", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.mock.push(calls(&[(
+        "r1",
+        "researcher",
+        json!({"input": "find facts"}),
+    )]));
+    s.mock.push(calls(&[(
+        "f1",
+        "fact_checker",
+        json!({"input": "is it 2015?"}),
+    )]));
+    s.mock.push(Reply::text("Yes, 2015."));
+    s.mock.push(Reply::text("2015 (checked)."));
+    s.mock.push(Reply::text("Final: 2015."));
+    let response = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/flows/{}/runs", root.0),
+            Some(json!({"parameters": {"topic": "rust"}})),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let root_id = response.json()["id"].as_str().unwrap().to_string();
+    let root_run = wait_for_run(&s.app, &root_id).await;
+    let child_id = root_run.tool_calls[0].child_request_id.clone().unwrap();
+    let child = wait_for_run(&s.app, &child_id).await;
+    let grandchild_id = child.tool_calls[0].child_request_id.clone().unwrap();
+    wait_for_run(&s.app, &grandchild_id).await;
+
+    let view = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{grandchild_id}/hierarchy"),
+            None,
+        )
+        .await;
+    let crumbs: Vec<&str> = view["breadcrumb"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(crumbs, [&root_id, &child_id, &grandchild_id]);
+    assert_eq!(view["breadcrumb"][2]["agentRole"], "fact_checker");
+    assert_eq!(view["breadcrumb"][2]["depth"], 2);
+    assert_eq!(view["parent"]["id"], child_id);
+    assert_eq!(view["parent"]["agentRole"], "researcher");
+    assert_eq!(view["children"], json!([]));
+    let middle_view = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{child_id}/hierarchy"),
+            None,
+        )
+        .await;
+    assert_eq!(middle_view["parent"]["id"], root_id);
+    assert_eq!(middle_view["children"][0]["id"], grandchild_id);
+    let root_view = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{root_id}/hierarchy"),
+            None,
+        )
+        .await;
+    assert!(root_view["parent"].is_null());
+    assert_eq!(root_view["breadcrumb"].as_array().unwrap().len(), 1);
+    assert_eq!(root_view["children"][0]["id"], child_id);
+    // The listing filters the same tree.
+    let children = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs?parentRequestId={root_id}"),
+            None,
+        )
+        .await;
+    assert_eq!(ids(&children), std::slice::from_ref(&child_id));
+    let roots = s
+        .ok(Method::GET, "/api/v1/llm-logs?rootOnly=true", None)
+        .await;
+    assert_eq!(ids(&roots), std::slice::from_ref(&root_id));
+
+    // Events: the root holds the whole tree's, in order.
+    let events = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{root_id}/events"),
+            None,
+        )
+        .await;
+    let events = events.as_array().unwrap().clone();
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types.first(), Some(&"requestStarted"));
+    assert_eq!(types.last(), Some(&"requestCompleted"));
+    assert_eq!(types.iter().filter(|t| **t == "agentStarted").count(), 2);
+    assert!(events.iter().all(|e| e["requestId"] == root_id));
+    let tools = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{root_id}/events?types=tool*"),
+            None,
+        )
+        .await;
+    let tool_types: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tool_types.len(),
+        types.iter().filter(|t| t.starts_with("tool")).count()
+    );
+    assert!(tool_types.contains(&"toolStarted") && tool_types.contains(&"toolCompleted"));
+    assert!(tool_types.iter().all(|t| t.starts_with("tool")));
+    let mixed = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{root_id}/events?types=agent.started,requestCompleted"),
+            None,
+        )
+        .await;
+    let mixed_types: Vec<&str> = mixed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        mixed_types,
+        ["agentStarted", "agentStarted", "requestCompleted"]
+    );
+    let error = s
+        .call(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{root_id}/events?types=tool-started"),
+            None,
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(error["param"], "types");
+
+    // A sub-agent's events are those of its own subtree.
+    let child_events = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{child_id}/events"),
+            None,
+        )
+        .await;
+    let child_events = child_events.as_array().unwrap();
+    assert!(!child_events.is_empty());
+    assert!(
+        child_events
+            .iter()
+            .all(|e| e["agentPath"][0] == "researcher")
+    );
+    assert!(
+        child_events
+            .iter()
+            .any(|e| e["agentPath"] == json!(["researcher", "fact_checker"]))
+    );
+
+    // Stats count what the events endpoint returns.
+    let stats = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{root_id}/events/stats"),
+            None,
+        )
+        .await;
+    assert_eq!(stats["total"], events.len());
+    assert_eq!(stats["counts"]["agentStarted"], 2);
+    assert_eq!(stats["counts"]["requestCompleted"], 1);
+    let counted: u64 = stats["counts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(counted, events.len() as u64);
+    assert_eq!(
+        stats["counts"]["agentInferenceCompleted"],
+        types
+            .iter()
+            .filter(|t| **t == "agentInferenceCompleted")
+            .count()
+    );
+}
+
+#[tokio::test]
+async fn log_entries_are_empty_unless_kept_and_come_back_in_order() {
+    let app = spawn_app().await;
+    let key = app.default_tenant.api_key.clone();
+    let tenant = TenantId::new(app.default_tenant.id.clone());
+    let plain = run(&tenant, Timestamp::now());
+    let mut debug = run(&tenant, Timestamp::now());
+    debug.is_debug = true;
+    app.store
+        .write_runs(&[plain.clone(), debug.clone()], &[])
+        .await
+        .unwrap();
+    let entry = |seq: u32, message: &str| RunLogEntry {
+        id: uuid::Uuid::now_v7().to_string(),
+        run_id: debug.id.clone(),
+        seq,
+        level: "debug".into(),
+        target: "baton_api::gateway".into(),
+        message: message.into(),
+        fields: json!({"model": "openai/gpt-4o-mini"}),
+        timestamp: Timestamp::now(),
+    };
+    app.store
+        .write_log_entries(&tenant, &[entry(1, "second"), entry(0, "first")])
+        .await
+        .unwrap();
+
+    let none = app
+        .get(&format!("/api/v1/llm-logs/{}/log-entries", plain.id), &key)
+        .await;
+    assert_eq!(none.status, 200, "{}", none.text);
+    assert_eq!(none.json(), json!([]));
+    let kept = app
+        .get(&format!("/api/v1/llm-logs/{}/log-entries", debug.id), &key)
+        .await
+        .json();
+    let messages: Vec<&str> = kept
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(messages, ["first", "second"]);
+    assert_eq!(kept[0]["level"], "debug");
+    assert_eq!(kept[0]["fields"]["model"], "openai/gpt-4o-mini");
+    app.get(
+        &format!("/api/v1/llm-logs/{}/log-entries", uuid::Uuid::now_v7()),
+        &key,
+    )
+    .await
+    .error(404, "NOT_FOUND");
+}
+
+#[tokio::test]
+async fn another_tenants_runs_are_not_found_and_never_listed() {
+    let app = spawn_app().await;
+    let a = app.create_tenant("logs-a").await;
+    let b = app.create_tenant("logs-b").await;
+    let a_tenant = TenantId::new(a.id.clone());
+    let mut parent = run(&a_tenant, Timestamp::now());
+    parent.tags = vec!["Team:a".into()];
+    parent.customer_external_id = Some("cust-a".into());
+    let mut child = run(&a_tenant, Timestamp::now());
+    child.parent_id = Some(parent.id.clone());
+    child.root_id = parent.id.clone();
+    child.depth = 1;
+    app.store
+        .write_runs(&[parent.clone(), child.clone()], &[])
+        .await
+        .unwrap();
+    app.store
+        .write_log_entries(
+            &a_tenant,
+            &[RunLogEntry {
+                id: uuid::Uuid::now_v7().to_string(),
+                run_id: parent.id.clone(),
+                seq: 0,
+                level: "info".into(),
+                target: "t".into(),
+                message: "a's line".into(),
+                fields: json!({}),
+                timestamp: Timestamp::now(),
+            }],
+        )
+        .await
+        .unwrap();
+
+    for suffix in ["", "/hierarchy", "/events", "/events/stats", "/log-entries"] {
+        for id in [&parent.id, &child.id] {
+            app.get(&format!("/api/v1/llm-logs/{id}{suffix}"), &b.api_key)
+                .await
+                .error(404, "NOT_FOUND");
+        }
+        assert_eq!(
+            app.get(
+                &format!("/api/v1/llm-logs/{}{suffix}", parent.id),
+                &a.api_key
+            )
+            .await
+            .status,
+            200
+        );
+    }
+    for query in [
+        String::new(),
+        format!("parentRequestId={}", parent.id),
+        "tags=Team:a".into(),
+        "customerId=cust-a".into(),
+    ] {
+        let page = app
+            .get(&format!("/api/v1/llm-logs?{query}"), &b.api_key)
+            .await
+            .json();
+        assert_eq!(page["items"], json!([]), "{query}");
+    }
+    let a_page = app.get("/api/v1/llm-logs", &a.api_key).await.json();
+    assert_eq!(ids(&a_page).len(), 2);
+    // A cursor carries no tenant: B following A's position still sees only B's runs.
+    let first = app
+        .get("/api/v1/llm-logs?pageSize=1", &a.api_key)
+        .await
+        .json();
+    let cursor = first["nextCursor"].as_str().unwrap();
+    let page = app
+        .get(&format!("/api/v1/llm-logs?cursor={cursor}"), &b.api_key)
+        .await
+        .json();
+    assert_eq!(page["items"], json!([]));
+}
