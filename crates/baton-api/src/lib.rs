@@ -13,6 +13,7 @@ pub mod events;
 pub mod extract;
 pub mod gateway;
 pub mod limits;
+pub mod metrics;
 pub mod routes;
 pub mod runlog;
 pub mod state;
@@ -56,15 +57,21 @@ pub fn build_router(state: AppState) -> Router {
     let doc: Arc<str> = api.to_json().unwrap_or_default().into();
 
     let config = state.config.clone();
+    let metrics = state.metrics.clone();
     with_request_layers(
         router.with_state(state).layer(Extension(OpenApiJson(doc))),
         &config,
+        metrics,
     )
 }
 
 /// The layers every request passes through, outermost first: sensitive-header marking, request
-/// context (id, error rendering, logging), tracing, panic catching, timeout, body limit.
-pub(crate) fn with_request_layers(router: Router, config: &ApiConfig) -> Router {
+/// context (id, error rendering, logging), metrics, tracing, panic catching, timeout, body limit.
+pub(crate) fn with_request_layers(
+    router: Router,
+    config: &ApiConfig,
+    metrics: Arc<metrics::Metrics>,
+) -> Router {
     router.layer(
         ServiceBuilder::new()
             .layer(SetSensitiveRequestHeadersLayer::new([
@@ -73,6 +80,7 @@ pub(crate) fn with_request_layers(router: Router, config: &ApiConfig) -> Router 
                 HeaderName::from_static("x-baton-callback-token"),
             ]))
             .layer(middleware::from_fn(context::request_context))
+            .layer(middleware::from_fn_with_state(metrics, metrics::track))
             .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
                 let request_id = request.extensions().get::<RequestId>().map(|r| r.0.as_str()).unwrap_or("");
                 tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
@@ -146,7 +154,7 @@ mod tests {
                 "late"
             }),
         );
-        with_request_layers(router, &config)
+        with_request_layers(router, &config, Arc::new(metrics::Metrics::new()))
     }
 
     #[tokio::test]

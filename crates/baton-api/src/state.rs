@@ -20,6 +20,7 @@ use crate::auth::{Authenticator, SessionKeys, SessionSettings};
 use crate::cache::ResponseCache;
 use crate::error::ApiError;
 use crate::limits::TenantLimiters;
+use crate::metrics::Metrics;
 use crate::routes::flow_runs::CompiledVersion;
 
 /// What the HTTP layer needs from the operator's configuration.
@@ -85,6 +86,8 @@ pub struct AppState {
     /// Compiled activated versions (immutable) by tenant and version id.
     pub(crate) versions: Cache<String, Arc<CompiledVersion>>,
     pub config: Arc<ApiConfig>,
+    /// What `/metrics` reports.
+    pub metrics: Arc<Metrics>,
 }
 
 /// How stale another instance's cached settings may be.
@@ -151,7 +154,15 @@ impl AppState {
                 .time_to_live(SETTINGS_CACHE_TTL)
                 .build(),
             config: Arc::new(config),
+            metrics: Arc::new(Metrics::new()),
         })
+    }
+
+    /// Reports into `metrics` (shared with the log writer, which counts runs into it).
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> AppState {
+        metrics.watch_writer(self.runs.clone());
+        self.metrics = metrics;
+        self
     }
 
     /// The tenant's settings, from the cache when fresh.

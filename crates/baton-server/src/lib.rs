@@ -77,15 +77,18 @@ impl Application {
             admin::bootstrap_if_empty(&store, config.bootstrap_api_key.as_ref()).await?;
         let providers = Arc::new(build_providers(config, &config.providers_with_env())?);
         let (alerts, alert_queue) = tokio::sync::mpsc::unbounded_channel();
+        let metrics = Arc::new(baton_api::metrics::Metrics::new());
         let runs = RunWriter::spawn(
             store.clone(),
             WriterOptions {
                 alerts: Some(alerts),
+                observer: Some(metrics.clone()),
                 ..WriterOptions::default()
             },
         );
-        let state =
-            AppState::build(store.clone(), providers, runs.clone(), config.api_config()?).await?;
+        let state = AppState::build(store.clone(), providers, runs.clone(), config.api_config()?)
+            .await?
+            .with_metrics(metrics);
         baton_api::budgets::spawn_alert_delivery(state.clone(), alert_queue);
         if config.retention.cleanup_interval_secs > 0 {
             baton_store::retention::spawn_text_cleanup(

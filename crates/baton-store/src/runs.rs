@@ -335,6 +335,11 @@ enum Message {
     Close(oneshot::Sender<()>),
 }
 
+/// Told about every batch once it is written (metrics), on the writer's task.
+pub trait WrittenRuns: Send + Sync {
+    fn written(&self, records: &[RunRecord]);
+}
+
 /// Writes the invocation log off the request path: callers queue items (waiting for room when
 /// the queue is full: back-pressure, never loss); a task writes them in batches.
 #[derive(Clone)]
@@ -343,7 +348,7 @@ pub struct RunWriter {
     capacity: usize,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct WriterOptions {
     pub capacity: usize,
     pub batch: usize,
@@ -351,6 +356,18 @@ pub struct WriterOptions {
     pub max_delay: Duration,
     /// Where budget alerts reached by written runs go (to be delivered to webhooks).
     pub alerts: Option<mpsc::UnboundedSender<BudgetAlert>>,
+    /// Told about every written batch.
+    pub observer: Option<std::sync::Arc<dyn WrittenRuns>>,
+}
+
+impl std::fmt::Debug for WriterOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterOptions")
+            .field("capacity", &self.capacity)
+            .field("batch", &self.batch)
+            .field("max_delay", &self.max_delay)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for WriterOptions {
@@ -360,6 +377,7 @@ impl Default for WriterOptions {
             batch: 256,
             max_delay: Duration::from_millis(20),
             alerts: None,
+            observer: None,
         }
     }
 }
@@ -477,6 +495,9 @@ async fn write_with_retry(
     loop {
         match store.write_runs(records, events).await {
             Ok(alerts) => {
+                if let Some(observer) = &options.observer {
+                    observer.written(records);
+                }
                 if let Some(sink) = &options.alerts {
                     for alert in alerts {
                         // No deliverer (shutting down): the alert stays recorded, undelivered.

@@ -31,6 +31,7 @@ pub(crate) fn public_routes() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
+        .routes(routes!(crate::metrics::metrics))
         .routes(routes!(login::login))
         .routes(routes!(openapi::openapi_json))
 }

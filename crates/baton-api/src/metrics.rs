@@ -1,0 +1,337 @@
+//! `/metrics` in the Prometheus text format: HTTP requests and their latency by route, errors by
+//! code, and what the invocation log records (runs, tokens, credits, provider attempts,
+//! fallbacks), plus the log writer's queue depth. Request metrics are taken in a middleware;
+//! run metrics are counted by the log writer after each batch, off the request path.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use baton_domain::run::{RunRecord, RunStatus};
+use baton_store::runs::{RunWriter, WrittenRuns};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    method: String,
+    /// The route template (`/api/v1/flows/{flowId}`), never the raw path: bounded cardinality.
+    route: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    method: String,
+    route: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    code: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RunLabels {
+    kind: String,
+    status: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelLabels {
+    /// `<provider>/<model>` that answered (else the one asked for).
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TokenLabels {
+    model: String,
+    /// `in`, `out`, `reasoning`, `cached`.
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AttemptLabels {
+    model: String,
+    /// `succeeded`, or the error code that ended the attempt.
+    outcome: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms to about 65 s: a gateway's own answers and the slowest model calls alike.
+    Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(
+        0.0005, 2.0, 18,
+    ))
+}
+
+/// Every metric Baton exports, registered once.
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: HistogramFamily<RouteLabels>,
+    errors: Family<ErrorLabels, Counter>,
+    runs: Family<RunLabels, Counter>,
+    run_latency: HistogramFamily<ModelLabels>,
+    tokens: Family<TokenLabels, Counter>,
+    billed_credits: Family<ModelLabels, Counter>,
+    raw_credits: Family<ModelLabels, Counter>,
+    attempts: Family<AttemptLabels, Counter>,
+    fallbacks: Family<ModelLabels, Counter>,
+    queue_depth: Gauge,
+    writer: std::sync::OnceLock<RunWriter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("baton");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "http_requests",
+            "HTTP requests answered, by route and status",
+            requests.clone(),
+        );
+        let latency: HistogramFamily<RouteLabels> = Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to the response head (a stream's first byte), by route",
+            latency.clone(),
+        );
+        let errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "http_errors",
+            "Error responses, by error code",
+            errors.clone(),
+        );
+        let runs = Family::<RunLabels, Counter>::default();
+        registry.register(
+            "runs",
+            "Runs written to the invocation log, by kind and status",
+            runs.clone(),
+        );
+        let run_latency: HistogramFamily<ModelLabels> =
+            Family::new_with_constructor(latency_histogram);
+        registry.register(
+            "run_duration_seconds",
+            "Duration of finished runs, by served model",
+            run_latency.clone(),
+        );
+        let tokens = Family::<TokenLabels, Counter>::default();
+        registry.register("tokens", "Tokens used, by model and kind", tokens.clone());
+        let billed_credits = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "billed_credits",
+            "Billed cost in credits (1,000,000 = 1 USD), by model",
+            billed_credits.clone(),
+        );
+        let raw_credits = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "raw_credits",
+            "Catalogue-priced cost in credits, by model",
+            raw_credits.clone(),
+        );
+        let attempts = Family::<AttemptLabels, Counter>::default();
+        registry.register(
+            "provider_attempts",
+            "Model calls tried, by model and outcome",
+            attempts.clone(),
+        );
+        let fallbacks = Family::<ModelLabels, Counter>::default();
+        registry.register(
+            "fallbacks",
+            "Runs answered by a fallback model, by the model that answered",
+            fallbacks.clone(),
+        );
+        let queue_depth = Gauge::default();
+        registry.register(
+            "log_writer_queue_depth",
+            "Invocation log items waiting to be written",
+            queue_depth.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            latency,
+            errors,
+            runs,
+            run_latency,
+            tokens,
+            billed_credits,
+            raw_credits,
+            attempts,
+            fallbacks,
+            queue_depth,
+            writer: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The writer whose queue depth is reported.
+    pub fn watch_writer(&self, writer: RunWriter) {
+        let _ = self.writer.set(writer);
+    }
+
+    /// The text exposition of every metric.
+    pub fn render(&self) -> String {
+        if let Some(writer) = self.writer.get() {
+            self.queue_depth
+                .set(i64::try_from(writer.queue_depth()).unwrap_or(i64::MAX));
+        }
+        let mut out = String::with_capacity(16 * 1024);
+        if let Err(error) =
+            prometheus_client::encoding::text::encode_registry(&mut out, &self.registry)
+        {
+            tracing::warn!(%error, "could not encode metrics");
+        }
+        out
+    }
+
+    fn observe_request(
+        &self,
+        method: &str,
+        route: &str,
+        status: u16,
+        seconds: f64,
+        error: Option<&str>,
+    ) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+                status,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteLabels {
+                method: method.to_string(),
+                route: route.to_string(),
+            })
+            .observe(seconds);
+        if let Some(code) = error {
+            self.errors
+                .get_or_create(&ErrorLabels {
+                    code: code.to_string(),
+                    status,
+                })
+                .inc();
+        }
+    }
+
+    fn observe_run(&self, run: &RunRecord) {
+        self.runs
+            .get_or_create(&RunLabels {
+                kind: run.kind.as_str().to_string(),
+                status: run.status.as_str().to_string(),
+            })
+            .inc();
+        for attempt in &run.attempts {
+            self.attempts
+                .get_or_create(&AttemptLabels {
+                    model: attempt.model.clone(),
+                    outcome: attempt.outcome.clone(),
+                })
+                .inc();
+        }
+        let model = ModelLabels {
+            model: run
+                .served_model
+                .clone()
+                .unwrap_or_else(|| run.requested_model.clone()),
+        };
+        self.run_latency
+            .get_or_create(&model)
+            .observe(run.duration_ms as f64 / 1000.0);
+        for (kind, count) in [
+            ("in", run.usage.tokens_in),
+            ("out", run.usage.tokens_out),
+            ("reasoning", run.usage.reasoning_tokens),
+            ("cached", run.usage.cached_tokens),
+        ] {
+            if count > 0 {
+                self.tokens
+                    .get_or_create(&TokenLabels {
+                        model: model.model.clone(),
+                        kind: kind.to_string(),
+                    })
+                    .inc_by(count);
+            }
+        }
+        if run.cost_credits > 0 {
+            self.billed_credits
+                .get_or_create(&model)
+                .inc_by(u64::try_from(run.cost_credits).unwrap_or(0));
+        }
+        if run.raw_cost_credits > 0 {
+            self.raw_credits
+                .get_or_create(&model)
+                .inc_by(u64::try_from(run.raw_cost_credits).unwrap_or(0));
+        }
+        if run.fallback_used {
+            self.fallbacks.get_or_create(&model).inc();
+        }
+    }
+}
+
+impl WrittenRuns for Metrics {
+    fn written(&self, records: &[RunRecord]) {
+        for run in records.iter().filter(|r| r.status != RunStatus::Pending) {
+            self.observe_run(run);
+        }
+    }
+}
+
+/// Counts every request by its route template and times it to the response head.
+pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().as_str().to_string();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let response = next.run(request).await;
+    let error = response.extensions().get::<ApiError>().map(ApiError::code);
+    let status = response.status().as_u16();
+    let error = match (error, status) {
+        (Some(code), _) => Some(code.to_string()),
+        (None, 400..) => Some(format!("HTTP_{status}")),
+        (None, _) => None,
+    };
+    metrics.observe_request(
+        &method,
+        &route,
+        status,
+        started.elapsed().as_secs_f64(),
+        error.as_deref(),
+    );
+    response
+}
+
+/// `GET /metrics` (no auth, like the health checks).
+#[utoipa::path(get, path = "/metrics", tag = "health", security(()),
+    responses((status = 200, description = "Metrics in the Prometheus text format", content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+}
