@@ -1,6 +1,8 @@
 //! Baton's money. Everything is integer credits (1,000,000 = 1 USD); intermediate products use
 //! `i128` so no realistic token count overflows, and each inference is rounded once, half up.
 
+pub mod stats;
+
 use baton_domain::chat::Usage;
 use baton_domain::credits::Credits;
 use baton_domain::model::ModelDescriptor;
