@@ -109,6 +109,9 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         format!("openai/{marker}-run"),
     );
     run.tags = vec![format!("Marker:{marker}-tag")];
+    run.status = baton_domain::run::RunStatus::Succeeded;
+    run.flow_name = Some(format!("{marker}-flow"));
+    run.served_model = Some(format!("openai/{marker}-run"));
     app.store.write_runs(&[run], &[]).await.unwrap();
 
     let before = snapshot(&app, &a.api_key, &a_session, &a_key_id, marker).await;
@@ -166,6 +169,22 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             format!("/api/v1/runs/{run_id}/cancel"),
         ),
         ("/api/v1/tools/{id}", format!("/api/v1/tools/{tool_id}")),
+        (
+            "/api/v1/statistics/flow/{flowName}",
+            format!("/api/v1/statistics/flow/{marker}-flow"),
+        ),
+        (
+            "/api/v1/statistics/flow/{flowName}/request",
+            format!("/api/v1/statistics/flow/{marker}-flow/request"),
+        ),
+        (
+            "/api/v1/statistics/flow/{flowName}/tree",
+            format!("/api/v1/statistics/flow/{marker}-flow/tree"),
+        ),
+        (
+            "/api/v1/statistics/flow/{flowName}/extended",
+            format!("/api/v1/statistics/flow/{marker}-flow/extended"),
+        ),
         (
             "/api/v1/tools/{id}/usage",
             format!("/api/v1/tools/{tool_id}/usage"),
@@ -226,6 +245,7 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         "a-private-marker-alias",
         "a-private-marker rule",
         "a-private-marker flow",
+        "a-private-marker-flow",
         "a-private-marker prompt",
         "a-private-marker-run",
         "a-private-marker-tag",
@@ -256,6 +276,9 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
                 "/api/v1/environments/diff" => {
                     format!("{path}?sourceEnvironment=b-env&targetEnvironment=b-env")
                 }
+                // A's exact tag and a prefix of it: B's reports must still be empty.
+                "/api/v1/statistics/tag-costs" => format!("{path}?tag=Marker:{marker}-tag"),
+                "/api/v1/statistics/tag-costs/by-key" => format!("{path}?prefix=Marker:"),
                 _ => path.clone(),
             }
         } else {

@@ -21,6 +21,7 @@ mod python_mcp;
 mod python_sdk;
 mod routing;
 mod settings;
+mod statistics;
 mod tools;
 mod validation;
 mod vendor_tools;

@@ -17,6 +17,7 @@ pub mod provision;
 pub mod routing_rules;
 pub mod runs;
 pub mod secrets;
+pub mod stats;
 pub mod tenants;
 pub mod tools;
 pub mod users;
