@@ -112,6 +112,9 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
     // Usage reports would show A's customer if they leaked.
     run.customer_external_id = Some(format!("{marker}-customer"));
     run.cost_credits = 7;
+    run.status = baton_domain::run::RunStatus::Succeeded;
+    run.flow_name = Some(format!("{marker}-flow"));
+    run.served_model = Some(format!("openai/{marker}-run"));
     app.store.write_runs(&[run], &[]).await.unwrap();
 
     let budget = app
@@ -209,6 +212,22 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             format!("/api/v1/budgets/{budget_id}"),
         ),
         (
+            "/api/v1/statistics/flow/{flowName}",
+            format!("/api/v1/statistics/flow/{marker}-flow"),
+        ),
+        (
+            "/api/v1/statistics/flow/{flowName}/request",
+            format!("/api/v1/statistics/flow/{marker}-flow/request"),
+        ),
+        (
+            "/api/v1/statistics/flow/{flowName}/tree",
+            format!("/api/v1/statistics/flow/{marker}-flow/tree"),
+        ),
+        (
+            "/api/v1/statistics/flow/{flowName}/extended",
+            format!("/api/v1/statistics/flow/{marker}-flow/extended"),
+        ),
+        (
             "/api/v1/tools/{id}/usage",
             format!("/api/v1/tools/{tool_id}/usage"),
         ),
@@ -272,6 +291,7 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         "a-private-marker-alias",
         "a-private-marker rule",
         "a-private-marker flow",
+        "a-private-marker-flow",
         "a-private-marker prompt",
         "a-private-marker-run",
         "a-private-marker-tag",
@@ -304,6 +324,9 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
                 "/api/v1/environments/diff" => {
                     format!("{path}?sourceEnvironment=b-env&targetEnvironment=b-env")
                 }
+                // A's exact tag and a prefix of it: B's reports must still be empty.
+                "/api/v1/statistics/tag-costs" => format!("{path}?tag=Marker:{marker}-tag"),
+                "/api/v1/statistics/tag-costs/by-key" => format!("{path}?prefix=Marker:"),
                 _ => path.clone(),
             }
         } else {

@@ -24,6 +24,7 @@ mod python_sdk;
 mod retention;
 mod routing;
 mod settings;
+mod statistics;
 mod tools;
 mod validation;
 mod vendor_tools;

@@ -44,9 +44,123 @@ impl From<DateTime<Utc>> for Timestamp {
     }
 }
 
+const MS_PER_SECOND: i64 = 1_000;
+const MS_PER_MINUTE: i64 = 60 * MS_PER_SECOND;
+const MS_PER_HOUR: i64 = 60 * MS_PER_MINUTE;
+pub const MS_PER_DAY: i64 = 24 * MS_PER_HOUR;
+/// The longest span accepted anywhere (ten years): bounds the arithmetic, not a product limit.
+const MAX_SPAN_MS: i64 = 3_650 * MS_PER_DAY;
+
+/// Parses a time span in milliseconds: the spec's `d.hh:mm:ss` (`7.00:00:00`, also `hh:mm:ss`)
+/// or a count with a unit (`7d`, `24h`, `30m`, `2w`). Must be positive; `param` names the field
+/// in the error.
+pub fn parse_span(raw: &str, param: &str) -> crate::DomainResult<i64> {
+    let invalid = || {
+        crate::DomainError::validation(
+            param,
+            format!(
+                "'{raw}' is not a time span: use d.hh:mm:ss (7.00:00:00) or a count with a unit (7d, 24h, 30m, 2w)"
+            ),
+        )
+    };
+    let text = raw.trim();
+    let ms = if text.contains(':') {
+        let (days, clock) = match text.split_once('.') {
+            Some((days, clock)) => (parse_count(days).ok_or_else(invalid)?, clock),
+            None => (0, text),
+        };
+        let parts: Vec<&str> = clock.split(':').collect();
+        let [h, m, s] = parts.as_slice() else {
+            return Err(invalid());
+        };
+        let (h, m, s) = (
+            parse_count(h).ok_or_else(invalid)?,
+            parse_count(m).ok_or_else(invalid)?,
+            parse_count(s).ok_or_else(invalid)?,
+        );
+        if h > 23 || m > 59 || s > 59 {
+            return Err(invalid());
+        }
+        days.checked_mul(MS_PER_DAY)
+            .and_then(|d| d.checked_add(h * MS_PER_HOUR + m * MS_PER_MINUTE + s * MS_PER_SECOND))
+            .ok_or_else(invalid)?
+    } else {
+        let unit_at = text.len().checked_sub(1).ok_or_else(invalid)?;
+        let (count, unit) = text.split_at(unit_at);
+        let per = match unit {
+            "w" => 7 * MS_PER_DAY,
+            "d" => MS_PER_DAY,
+            "h" => MS_PER_HOUR,
+            "m" => MS_PER_MINUTE,
+            "s" => MS_PER_SECOND,
+            _ => return Err(invalid()),
+        };
+        parse_count(count)
+            .and_then(|c| c.checked_mul(per))
+            .ok_or_else(invalid)?
+    };
+    if ms <= 0 {
+        return Err(crate::DomainError::validation(
+            param,
+            "the time span must be longer than zero",
+        ));
+    }
+    if ms > MAX_SPAN_MS {
+        return Err(crate::DomainError::validation(
+            param,
+            "the time span must be at most 3650 days",
+        ));
+    }
+    Ok(ms)
+}
+
+/// Decimal digits only (no sign, no spaces), at most 9 of them.
+fn parse_count(text: &str) -> Option<i64> {
+    if text.is_empty() || text.len() > 9 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans() {
+        assert_eq!(parse_span("7.00:00:00", "period").unwrap(), 7 * MS_PER_DAY);
+        assert_eq!(
+            parse_span("1.02:03:04", "period").unwrap(),
+            MS_PER_DAY + 2 * MS_PER_HOUR + 3 * MS_PER_MINUTE + 4_000
+        );
+        assert_eq!(
+            parse_span("01:30:00", "period").unwrap(),
+            90 * MS_PER_MINUTE
+        );
+        assert_eq!(parse_span("7d", "period").unwrap(), 7 * MS_PER_DAY);
+        assert_eq!(parse_span("24h", "period").unwrap(), MS_PER_DAY);
+        assert_eq!(parse_span("2w", "period").unwrap(), 14 * MS_PER_DAY);
+        for bad in [
+            "",
+            "d",
+            "7",
+            "-7d",
+            "7x",
+            "0d",
+            "00:00:00",
+            "1.24:00:00",
+            "1:2",
+            "abc",
+            "1.5d",
+            "99999d",
+        ] {
+            let err = parse_span(bad, "period").unwrap_err();
+            assert!(
+                matches!(err, crate::DomainError::Validation { ref param, .. } if param == "period"),
+                "{bad}"
+            );
+        }
+    }
 
     #[test]
     fn writes_utc_with_milliseconds() {

@@ -2,6 +2,7 @@
 //! `i128` so no realistic token count overflows, and each inference is rounded once, half up.
 
 pub mod budget;
+pub mod stats;
 pub mod tree;
 
 pub use budget::{budget_window, crossed_thresholds, reached_thresholds};

@@ -20,6 +20,7 @@ pub mod retention;
 pub mod routing_rules;
 pub mod runs;
 pub mod secrets;
+pub mod stats;
 pub mod tenants;
 pub mod tools;
 pub mod usage;

@@ -17,6 +17,7 @@ pub mod models;
 pub mod openapi;
 pub mod routing_rules;
 pub mod settings;
+pub mod statistics;
 pub mod tools;
 
 use utoipa::OpenApi;
@@ -115,6 +116,15 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(mcp_servers::discover_mcp_tools))
         .routes(routes!(mcp_servers::import_mcp_tools))
+        .routes(routes!(statistics::statistics))
+        .routes(routes!(statistics::overview))
+        .routes(routes!(statistics::model_costs))
+        .routes(routes!(statistics::tag_costs))
+        .routes(routes!(statistics::tag_costs_by_key))
+        .routes(routes!(statistics::flow_stats))
+        .routes(routes!(statistics::flow_request_stats))
+        .routes(routes!(statistics::flow_tree_stats))
+        .routes(routes!(statistics::flow_extended_stats))
         .routes(routes!(
             routing_rules::list_routing_rules,
             routing_rules::create_routing_rule

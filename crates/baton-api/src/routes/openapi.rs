@@ -30,6 +30,7 @@ use crate::error::{ErrorDetail, ErrorResponse};
         (name = "routing", description = "Routing rules: aliases over model chains"),
         (name = "flows", description = "Flows, versions, templates, activation and runs"),
         (name = "runs", description = "Run details"),
+        (name = "statistics", description = "Cost, volume and latency reports"),
         (name = "health", description = "Probes"),
     )
 )]
