@@ -16,6 +16,7 @@ mod customers;
 mod environments;
 mod flows;
 mod health;
+mod mcp_server;
 mod openapi;
 mod python_mcp;
 mod python_sdk;

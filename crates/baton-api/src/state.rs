@@ -19,6 +19,7 @@ use crate::auth::{Authenticator, SessionKeys, SessionSettings};
 use crate::cache::ResponseCache;
 use crate::error::ApiError;
 use crate::limits::TenantLimiters;
+use crate::mcp::{McpConfig, McpService};
 use crate::routes::flow_runs::CompiledVersion;
 
 /// What the HTTP layer needs from the operator's configuration.
@@ -42,6 +43,8 @@ pub struct ApiConfig {
     /// Bound on one tool call (External, MCP).
     pub tool_call_timeout: Duration,
     pub tool_connect_timeout: Duration,
+    /// Hosts and origins Baton's own MCP server accepts.
+    pub mcp: McpConfig,
 }
 
 impl Default for ApiConfig {
@@ -57,6 +60,7 @@ impl Default for ApiConfig {
             outbound: GuardPolicy::strict(),
             tool_call_timeout: Duration::from_secs(30),
             tool_connect_timeout: Duration::from_secs(10),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -82,6 +86,8 @@ pub struct AppState {
     /// Compiled activated versions (immutable) by tenant and version id.
     pub(crate) versions: Cache<String, Arc<CompiledVersion>>,
     pub config: Arc<ApiConfig>,
+    /// Baton's own MCP server (`/api/v1/mcp`).
+    pub(crate) mcp: Arc<McpService>,
 }
 
 /// How stale another instance's cached settings may be.
@@ -143,6 +149,7 @@ impl AppState {
                 .max_capacity(100_000)
                 .time_to_live(SETTINGS_CACHE_TTL)
                 .build(),
+            mcp: Arc::new(crate::mcp::service(&config)),
             config: Arc::new(config),
         })
     }

@@ -63,6 +63,7 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(flow_runs::run_flow))
         .routes(routes!(flow_runs::get_run))
         .routes(routes!(flow_runs::cancel_run))
+        .routes(routes!(crate::mcp::mcp_endpoint))
         .routes(routes!(export::export))
         .routes(routes!(export::import))
         .routes(routes!(settings::get_settings, settings::update_settings))
