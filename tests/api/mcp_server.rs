@@ -478,6 +478,22 @@ async fn the_transport_needs_a_key_and_checks_host_and_origin() {
     // Stateless: no session to keep, so any instance answers the next request.
     assert!(accepted.headers.get("mcp-session-id").is_none());
 
+    // A single tools/call needs no handshake first (README's curl example).
+    let direct = crate::helpers::send(
+        app.client
+            .post(app.url("/api/v1/mcp"))
+            .bearer_auth(&key)
+            .header("accept", "application/json, text/event-stream")
+            .json(&json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                          "params": {"name": "list_flows", "arguments": {}}})),
+    )
+    .await;
+    assert_eq!(direct.status, 200, "{}", direct.text);
+    assert_eq!(
+        direct.json()["result"]["structuredContent"],
+        json!({"flows": []})
+    );
+
     initialize(&app, None, &[]).await.error(401, "UNAUTHORIZED");
     initialize(
         &app,
