@@ -543,3 +543,57 @@ async fn configured_hosts_replace_the_defaults() {
         .await
         .error(403, "FORBIDDEN");
 }
+
+/// The official `mcp` Python SDK's client speaks to Baton's server (its own test of interop).
+#[tokio::test]
+async fn the_python_sdk_client_lists_runs_and_reads_back() {
+    let python = tokio::task::spawn_blocking(|| {
+        crate::python_sdk::python_with(crate::python_mcp::MCP_SDK, "py-mcp-sdk")
+    })
+    .await
+    .unwrap();
+    let s = setup().await;
+    let flow = s
+        .flow(
+            "Python",
+            json!({"template": "Greet [[name]].", "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(Reply::text("Hello, Py."));
+    let script =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python/mcp_client.py");
+    let (url, key) = (s.app.url("/api/v1/mcp"), s.key.clone());
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python)
+            .arg(script)
+            .args([url, key, flow])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(seen["server"], "baton");
+    assert_eq!(
+        seen["tools"],
+        json!([
+            "cancel_all_runs",
+            "cancel_run",
+            "get_run",
+            "list_flows",
+            "run_flow"
+        ])
+    );
+    assert_eq!(seen["flows"]["flows"].as_array().unwrap().len(), 1);
+    assert_eq!(seen["runIsError"], false);
+    assert_eq!(seen["run"]["output"]["text"], "Hello, Py.");
+    assert_eq!(seen["record"]["id"], seen["run"]["id"]);
+    assert_eq!(seen["record"]["status"], "Succeeded");
+    assert_eq!(seen["cancelIsError"], true);
+    assert_eq!(seen["cancel"]["error"]["code"], "CONFLICT");
+}
