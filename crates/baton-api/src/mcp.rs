@@ -121,7 +121,10 @@ async fn in_error_shape(response: Response) -> Response {
     let bytes = axum::body::to_bytes(response.into_body(), 4096)
         .await
         .unwrap_or_default();
-    let message = String::from_utf8_lossy(&bytes).trim().to_string();
+    let mut message = String::from_utf8_lossy(&bytes).trim().to_string();
+    if message.is_empty() {
+        message = ApiError::from_status(status).to_string();
+    }
     let error = match status {
         StatusCode::FORBIDDEN => ApiError::Forbidden(message),
         _ if status.is_server_error() => ApiError::Internal(format!("MCP transport: {message}")),
