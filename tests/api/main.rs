@@ -18,6 +18,7 @@ mod environments;
 mod flows;
 mod health;
 mod llm_logs;
+mod mcp_server;
 mod openapi;
 mod python_mcp;
 mod python_sdk;

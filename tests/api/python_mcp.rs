@@ -12,7 +12,7 @@ use crate::chat::app_with_mock_and;
 use crate::python_sdk::python_with;
 
 /// The last 1.x release: the SDK's 2.x renamed FastMCP.
-const MCP_SDK: &str = "mcp==1.30.0";
+pub(crate) const MCP_SDK: &str = "mcp==1.30.0";
 
 /// Kills the server when the test ends, passed or not.
 struct Server(Child);

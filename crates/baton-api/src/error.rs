@@ -154,9 +154,9 @@ impl ApiError {
         }
     }
 
-    /// Builds the final response; called once by the middleware.
-    pub(crate) fn render(&self, request_id: &str) -> Response {
-        let body = ErrorResponse {
+    /// The DESIGN.md error body (also the content of an MCP tool's error result).
+    pub(crate) fn body(&self, request_id: &str) -> ErrorResponse {
+        ErrorResponse {
             error: ErrorDetail {
                 code: self.code(),
                 message: self.public_message(),
@@ -167,7 +167,12 @@ impl ApiError {
                 },
                 request_id: request_id.to_string(),
             },
-        };
+        }
+    }
+
+    /// Builds the final response; called once by the middleware.
+    pub(crate) fn render(&self, request_id: &str) -> Response {
+        let body = self.body(request_id);
         let mut response = (self.status(), axum::Json(body)).into_response();
         match self {
             Self::RateLimited { retry_after } => {

@@ -14,6 +14,7 @@ pub mod extract;
 pub mod gateway;
 pub mod limits;
 pub mod metrics;
+pub mod mcp;
 pub mod routes;
 pub mod runlog;
 pub mod state;
@@ -38,6 +39,7 @@ use utoipa_axum::router::OpenApiRouter;
 
 pub use axum::Router;
 pub use error::{ApiError, ApiResult};
+pub use mcp::McpConfig;
 pub use routes::openapi;
 pub use state::{ApiConfig, AppState};
 

@@ -21,6 +21,7 @@ use crate::cache::ResponseCache;
 use crate::error::ApiError;
 use crate::limits::TenantLimiters;
 use crate::metrics::Metrics;
+use crate::mcp::{McpConfig, McpService};
 use crate::routes::flow_runs::CompiledVersion;
 
 /// What the HTTP layer needs from the operator's configuration.
@@ -44,6 +45,8 @@ pub struct ApiConfig {
     /// Bound on one tool call (External, MCP).
     pub tool_call_timeout: Duration,
     pub tool_connect_timeout: Duration,
+    /// Hosts and origins Baton's own MCP server accepts.
+    pub mcp: McpConfig,
 }
 
 impl Default for ApiConfig {
@@ -59,6 +62,7 @@ impl Default for ApiConfig {
             outbound: GuardPolicy::strict(),
             tool_call_timeout: Duration::from_secs(30),
             tool_connect_timeout: Duration::from_secs(10),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -88,6 +92,8 @@ pub struct AppState {
     pub config: Arc<ApiConfig>,
     /// What `/metrics` reports.
     pub metrics: Arc<Metrics>,
+    /// Baton's own MCP server (`/api/v1/mcp`).
+    pub(crate) mcp: Arc<McpService>,
 }
 
 /// How stale another instance's cached settings may be.
@@ -153,6 +159,7 @@ impl AppState {
                 .max_capacity(100_000)
                 .time_to_live(SETTINGS_CACHE_TTL)
                 .build(),
+            mcp: Arc::new(crate::mcp::service(&config)),
             config: Arc::new(config),
             metrics: Arc::new(Metrics::new()),
         })

@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use baton_api::ApiConfig;
+use baton_api::{ApiConfig, McpConfig};
 use baton_providers::{BUILT_IN, ProvidersConfig};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -35,6 +35,7 @@ const KNOWN_KEYS: &[&str] = &[
     "cache",
     "tools",
     "retention",
+    "mcp",
     "catalogue_path",
     "providers",
 ];
@@ -68,6 +69,8 @@ pub struct Config {
     pub tools: ToolsConfig,
     #[serde(default)]
     pub retention: RetentionConfig,
+    #[serde(default)]
+    pub mcp: McpSection,
     /// Exact addresses the outbound guard lets through although they are private (test servers
     /// on loopback). Not configurable from files or the environment, on purpose.
     #[serde(skip)]
@@ -219,6 +222,68 @@ impl Default for RetentionConfig {
     }
 }
 
+/// Baton's own MCP server (`/api/v1/mcp`): which `Host` and `Origin` values it accepts
+/// (DNS-rebinding protection). A list is an array or a comma-separated string
+/// (`BATON_MCP__ALLOWED_HOSTS=baton.example.com,localhost`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpSection {
+    /// `name` (any port) or `name:port`; default: localhost, 127.0.0.1, ::1 and the bind
+    /// address. An empty list accepts any host (only behind a proxy that checks it).
+    #[serde(deserialize_with = "string_list")]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `scheme://host[:port|:*]` accepted in `Origin` when a request sends one (browsers);
+    /// default: http and https on the loopback names, any port. Requests without `Origin` pass.
+    #[serde(deserialize_with = "string_list")]
+    pub allowed_origins: Option<Vec<String>>,
+}
+
+impl McpSection {
+    fn api_config(&self, bind: SocketAddr) -> McpConfig {
+        let defaults = McpConfig::default();
+        let allowed_hosts = self.allowed_hosts.clone().unwrap_or_else(|| {
+            let mut hosts = defaults.allowed_hosts.clone();
+            let ip = bind.ip();
+            // Binding every interface names no host a client would use.
+            if !ip.is_unspecified() && !hosts.contains(&ip.to_string()) {
+                hosts.push(ip.to_string());
+            }
+            hosts
+        });
+        McpConfig {
+            allowed_hosts,
+            allowed_origins: self
+                .allowed_origins
+                .clone()
+                .unwrap_or(defaults.allowed_origins),
+        }
+    }
+}
+
+/// A list given as an array, or as one comma-separated string (environment variables).
+fn string_list<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum List {
+        Items(Vec<String>),
+        Joined(String),
+    }
+    let items = match Option::<List>::deserialize(deserializer)? {
+        None => return Ok(None),
+        Some(List::Items(items)) => items,
+        Some(List::Joined(joined)) => joined.split(',').map(str::to_string).collect(),
+    };
+    Ok(Some(
+        items
+            .into_iter()
+            .map(|item| item.trim().to_string())
+            .filter(|item| !item.is_empty())
+            .collect(),
+    ))
+}
+
 fn default_bind() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8080))
 }
@@ -292,6 +357,7 @@ impl Config {
                 }),
             tool_call_timeout: Duration::from_millis(self.tools.call_timeout_ms.max(1)),
             tool_connect_timeout: Duration::from_millis(self.tools.connect_timeout_ms.max(1)),
+            mcp: self.mcp.api_config(self.bind),
             router: RouterConfig {
                 breaker: BreakerConfig {
                     threshold: self.routing.breaker_failure_threshold.max(1),
@@ -366,6 +432,43 @@ mod tests {
             jail.create_file("baton.toml", "[server]\nmax_body_byte = 1\n")?;
             let err = Config::load(None).unwrap_err().to_string();
             assert!(err.contains("max_body_byte"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn mcp_hosts_default_to_loopback_and_the_bind_address() {
+        Jail::expect_with(|jail| {
+            jail.set_env("BATON_BIND", "10.1.2.3:9000");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            let mcp = config.api_config().map_err(|e| e.to_string())?.mcp;
+            assert_eq!(
+                mcp.allowed_hosts,
+                ["localhost", "127.0.0.1", "::1", "10.1.2.3"]
+            );
+            assert!(
+                mcp.allowed_origins
+                    .contains(&"http://localhost:*".to_string())
+            );
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn mcp_lists_come_from_the_file_or_a_comma_separated_variable() {
+        Jail::expect_with(|jail| {
+            jail.create_file(
+                "baton.toml",
+                "[mcp]\nallowed_origins = [\"https://app.example.com\"]\n",
+            )?;
+            jail.set_env(
+                "BATON_MCP__ALLOWED_HOSTS",
+                "baton.example.com, localhost:8080",
+            );
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            let mcp = config.api_config().map_err(|e| e.to_string())?.mcp;
+            assert_eq!(mcp.allowed_hosts, ["baton.example.com", "localhost:8080"]);
+            assert_eq!(mcp.allowed_origins, ["https://app.example.com"]);
             Ok(())
         });
     }

@@ -7,7 +7,9 @@ use baton_domain::chat::Usage;
 use baton_domain::run::{RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use sea_orm::sea_query::{Expr, OnConflict};
-use sea_orm::{ColumnTrait, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, Set};
+use sea_orm::{
+    ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+};
 
 use tokio::sync::{mpsc, oneshot};
 
@@ -272,6 +274,43 @@ impl Store {
                 .await?;
         }
         self.get_run(tenant, id).await
+    }
+
+    /// Records a cancel request for every root run of the tenant that is still running (MCP
+    /// `cancel_all_runs`); sub-agents stop with their root. Returns the ids of the running root
+    /// runs, each now carrying a cancel request (an earlier request keeps its time and actor).
+    pub async fn request_cancel_all(
+        &self,
+        tenant: &TenantId,
+        by: &str,
+    ) -> StoreResult<Vec<String>> {
+        let running_roots = || {
+            Condition::all()
+                .add(runs::Column::TenantId.eq(tenant.as_str()))
+                .add(runs::Column::ParentId.is_null())
+                .add(runs::Column::Status.eq(RunStatus::Pending.as_str()))
+                .add(runs::Column::CompletedAt.is_null())
+        };
+        runs::Entity::update_many()
+            .col_expr(
+                runs::Column::CancelRequestedAt,
+                Expr::value(to_millis(Timestamp::now())),
+            )
+            .col_expr(runs::Column::CancelRequestedBy, Expr::value(by.to_string()))
+            .filter(running_roots())
+            .filter(runs::Column::CancelRequestedAt.is_null())
+            .exec(self.conn())
+            .await?;
+        Ok(runs::Entity::find()
+            .select_only()
+            .column(runs::Column::Id)
+            .filter(running_roots())
+            .filter(runs::Column::CancelRequestedAt.is_not_null())
+            .order_by_asc(runs::Column::CreatedAt)
+            .order_by_asc(runs::Column::Id)
+            .into_tuple::<String>()
+            .all(self.conn())
+            .await?)
     }
 
     /// Whether a cancel was requested for any of `ids` (a run and its ancestors).

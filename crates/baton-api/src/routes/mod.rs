@@ -79,6 +79,7 @@ pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(llm_logs::get_llm_log_events))
         .routes(routes!(llm_logs::get_llm_log_event_stats))
         .routes(routes!(llm_logs::get_llm_log_entries))
+        .routes(routes!(crate::mcp::mcp_endpoint))
         .routes(routes!(export::export))
         .routes(routes!(export::import))
         .routes(routes!(settings::get_settings, settings::update_settings))
