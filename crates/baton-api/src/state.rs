@@ -6,20 +6,17 @@ use std::time::Duration;
 
 use baton_domain::TenantId;
 use baton_domain::settings::TenantSettings;
+use baton_executor::{Engine, EngineConfig};
 use baton_providers::Registry;
 use baton_providers::routing::{Router, RouterConfig, RuleSet};
 use baton_store::Store;
 use baton_store::runs::RunWriter;
 use baton_tools::{GuardPolicy, GuardedClient};
-use moka::future::Cache;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::auth::login::{LoginLimiter, spawn_pruner};
 use crate::auth::{Authenticator, SessionKeys, SessionSettings};
-use crate::cache::ResponseCache;
 use crate::error::ApiError;
-use crate::limits::TenantLimiters;
-use crate::routes::flow_runs::CompiledVersion;
 
 /// What the HTTP layer needs from the operator's configuration.
 #[derive(Debug, Clone)]
@@ -42,6 +39,20 @@ pub struct ApiConfig {
     /// Bound on one tool call (External, MCP).
     pub tool_call_timeout: Duration,
     pub tool_connect_timeout: Duration,
+}
+
+impl ApiConfig {
+    /// The part of the configuration the engine takes.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            request_timeout: self.request_timeout,
+            response_cache_max_bytes: self.response_cache_max_bytes,
+            router: self.router,
+            outbound: self.outbound.clone(),
+            tool_call_timeout: self.tool_call_timeout,
+            tool_connect_timeout: self.tool_connect_timeout,
+        }
+    }
 }
 
 impl Default for ApiConfig {
@@ -69,23 +80,14 @@ pub struct AppState {
     pub providers: Arc<Registry>,
     /// The invocation log's batched writer.
     pub runs: RunWriter,
-    /// Tenant settings read on the hot path; dropped on change (other instances: TTL).
-    settings: Cache<String, Arc<TenantSettings>>,
-    /// Tenant routing rules, likewise.
-    rules: Cache<String, Arc<RuleSet>>,
-    /// Orders model chains and keeps the circuit breakers.
+    /// Runs flows and model calls: router, caches, limits, the storage traits over `store`.
+    pub engine: Engine,
+    /// Orders model chains and keeps the circuit breakers (the engine's).
     pub router: Arc<Router>,
-    pub responses: ResponseCache,
-    pub limiters: TenantLimiters,
-    /// The one client for tenant-supplied destinations (tool hosts, MCP servers).
+    /// The one client for tenant-supplied destinations (the engine's).
     pub outbound: GuardedClient,
-    /// Compiled activated versions (immutable) by tenant and version id.
-    pub(crate) versions: Cache<String, Arc<CompiledVersion>>,
     pub config: Arc<ApiConfig>,
 }
-
-/// How stale another instance's cached settings may be.
-const SETTINGS_CACHE_TTL: Duration = Duration::from_secs(30);
 const JWT_SECRET_NAME: &str = "jwt_signing_key";
 const MIN_JWT_SECRET_LEN: usize = 32;
 
@@ -123,63 +125,44 @@ impl AppState {
         );
         let login_limiter = LoginLimiter::per_minute(config.login_attempts_per_minute);
         spawn_pruner(login_limiter.clone(), Duration::from_secs(60));
+        let engine = Engine::new(
+            config.engine_config(),
+            providers.clone(),
+            Arc::new(store.clone()),
+            Arc::new(runs.clone()),
+        )?;
         Ok(AppState {
-            router: Arc::new(Router::new(providers.clone(), config.router)),
-            responses: ResponseCache::new(config.response_cache_max_bytes),
-            limiters: TenantLimiters::new(),
-            outbound: GuardedClient::new(config.outbound.clone(), config.tool_connect_timeout)
-                .map_err(|e| ApiError::Internal(e.to_string()))?,
-            versions: Cache::builder().max_capacity(10_000).build(),
-            rules: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(SETTINGS_CACHE_TTL)
-                .build(),
+            router: engine.router().clone(),
+            outbound: engine.outbound().clone(),
+            engine,
             auth: Arc::new(Authenticator::new(store.clone(), sessions)),
             store,
             login_limiter,
             providers,
             runs,
-            settings: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(SETTINGS_CACHE_TTL)
-                .build(),
             config: Arc::new(config),
         })
     }
 
-    /// The tenant's settings, from the cache when fresh.
+    /// The tenant's settings, from the engine's cache when fresh.
     pub async fn tenant_settings(
         &self,
         tenant: &TenantId,
     ) -> Result<Arc<TenantSettings>, ApiError> {
-        if let Some(settings) = self.settings.get(tenant.as_str()).await {
-            return Ok(settings);
-        }
-        let settings = Arc::new(self.store.tenant_settings(tenant).await?.settings);
-        self.settings
-            .insert(tenant.as_str().to_string(), settings.clone())
-            .await;
-        Ok(settings)
+        Ok(self.engine.tenant_settings(tenant).await?)
     }
 
     pub async fn forget_settings(&self, tenant: &TenantId) {
-        self.settings.invalidate(tenant.as_str()).await;
+        self.engine.forget_settings(tenant).await;
     }
 
-    /// The tenant's routing rules by alias, from the cache when fresh.
+    /// The tenant's routing rules by alias, from the engine's cache when fresh.
     pub async fn routing_rules(&self, tenant: &TenantId) -> Result<Arc<RuleSet>, ApiError> {
-        if let Some(rules) = self.rules.get(tenant.as_str()).await {
-            return Ok(rules);
-        }
-        let rules = Arc::new(RuleSet::new(self.store.list_routing_rules(tenant).await?));
-        self.rules
-            .insert(tenant.as_str().to_string(), rules.clone())
-            .await;
-        Ok(rules)
+        Ok(self.engine.routing_rules(tenant).await?)
     }
 
     pub async fn forget_routing_rules(&self, tenant: &TenantId) {
-        self.rules.invalidate(tenant.as_str()).await;
+        self.engine.forget_routing_rules(tenant).await;
     }
 }
 

@@ -11,6 +11,7 @@ mod time;
 
 pub mod api_keys;
 pub mod customers;
+pub mod engine;
 pub mod environments;
 pub mod flows;
 pub mod provision;

@@ -195,7 +195,7 @@ pub async fn inference(
     };
     let timeouts = body.timeouts.unwrap_or_default().validated("timeouts")?;
     let plan = plan_call(
-        &state,
+        &state.engine,
         &principal.tenant,
         &settings,
         selection,
@@ -207,7 +207,7 @@ pub async fn inference(
 
     let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
     let mut log = RunLog::start(
-        state.runs.clone(),
+        state.engine.runs().clone(),
         pricing.clone(),
         request_id.0.clone(),
         principal.tenant.clone(),
@@ -223,7 +223,7 @@ pub async fn inference(
     log.set_request(serde_json::to_value(&request).unwrap_or(Value::Null));
 
     let answer = match answer(
-        &state,
+        &state.engine,
         &principal.tenant,
         &plan,
         &mut request,
@@ -233,7 +233,7 @@ pub async fn inference(
     .await
     {
         Ok(answer) => answer,
-        Err(failure) => return Err(failure.log(log).await),
+        Err(failure) => return Err(failure.log(log).await.into()),
     };
     let pricing = answer.pricing(pricing);
     let response = answer.value;
