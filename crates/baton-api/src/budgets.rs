@@ -1,144 +1,26 @@
-//! Budgets on the request path: a hard-limited budget holds an estimate of the request's cost
-//! before the first model call (one conditional update in the store, so concurrent requests
-//! cannot overspend beyond one request), and refuses with 402 `BUDGET_EXCEEDED` once its period
-//! is spent. The spend itself is counted when the run is logged (`baton_store::budgets`), which
-//! also releases the hold and reports thresholds reached; [`spawn_alert_delivery`] sends those
-//! to the budget's webhook, signed, through the outbound guard, with retries.
+//! Budget alerts: the log writer reports thresholds reached (`baton_store::budgets`, where the
+//! spend is counted); [`spawn_alert_delivery`] sends each to the budget's webhook, signed,
+//! through the outbound guard, with retries. The holds taken before a request are the engine's
+//! (`baton_executor::budgets`).
 
 use std::time::Duration;
 
-use baton_domain::budget::{Budget, BudgetHold};
-use baton_domain::chat::{InferenceRequest, Usage};
+use baton_domain::Timestamp;
 use baton_domain::credits::Credits;
-use baton_domain::run::RunRecord;
-use baton_domain::{TenantId, Timestamp};
-use baton_store::Store;
 use baton_store::budgets::BudgetAlert;
 use hmac::{Hmac, Mac};
 use serde_json::json;
 use sha2::Sha256;
 use tokio::sync::mpsc;
 
-use crate::error::{ApiError, ApiResult};
-use crate::gateway::CallPlan;
-use crate::runlog::Pricing;
 use crate::state::AppState;
 
-/// Output tokens assumed for a model missing from the catalogue when the request sets no
-/// `max_tokens`.
-const DEFAULT_OUTPUT_ESTIMATE: u64 = 4096;
 /// Delivery attempts of one alert, and the first wait between them (doubling).
 const DELIVERY_ATTEMPTS: u32 = 5;
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Signature header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
 pub const SIGNATURE_HEADER: &str = "X-Baton-Signature";
-
-/// Holds taken for one request; given back if the request never reaches the log.
-pub struct Holds {
-    store: Store,
-    tenant: TenantId,
-    holds: Vec<BudgetHold>,
-}
-
-impl Holds {
-    /// The log takes the holds over: they are released when the run is written as finished.
-    pub fn attach(mut self, record: Option<&mut RunRecord>) {
-        if let Some(record) = record {
-            record.budget_holds = std::mem::take(&mut self.holds);
-        }
-    }
-}
-
-impl Drop for Holds {
-    fn drop(&mut self) {
-        if self.holds.is_empty() {
-            return;
-        }
-        let (store, tenant, holds) = (
-            self.store.clone(),
-            self.tenant.clone(),
-            std::mem::take(&mut self.holds),
-        );
-        tokio::spawn(async move {
-            if let Err(error) = store.release_budget_holds(&tenant, &holds).await {
-                tracing::warn!(%error, "could not release budget holds");
-            }
-        });
-    }
-}
-
-/// An upper estimate of one model call of the request: a token per byte of its text (tokens
-/// are rarely shorter), and `max_tokens` of output, else the model's output limit (else 4096),
-/// priced as the first model of the chain. Holding at least what a call can cost is what bounds
-/// a hard limit's overshoot to one request.
-pub fn estimate_credits(pricing: &Pricing, plan: &CallPlan, request: &InferenceRequest) -> i64 {
-    let Some(model) = plan.chain.primary() else {
-        return 1;
-    };
-    let bytes: usize = request.messages.iter().map(|m| m.joined_text().len()).sum();
-    let output_limit = pricing
-        .catalogue
-        .get(&model.provider, &model.model)
-        .map_or(DEFAULT_OUTPUT_ESTIMATE, |d| d.max_output_tokens);
-    let usage = Usage {
-        tokens_in: bytes as u64,
-        tokens_out: request.max_tokens.map_or(output_limit, u64::from),
-        ..Usage::default()
-    };
-    pricing
-        .cost(&model.provider, &model.model, &model.model, &usage)
-        .billed
-        .0
-        .max(1)
-}
-
-/// Takes a hold on every hard-limited budget the request counts against, or refuses it.
-pub async fn admit(
-    state: &AppState,
-    tenant: &TenantId,
-    customer: Option<&str>,
-    tags: &[String],
-    estimate: i64,
-) -> ApiResult<Holds> {
-    let mut taken = Holds {
-        store: state.store.clone(),
-        tenant: tenant.clone(),
-        holds: Vec::new(),
-    };
-    let budgets = state.tenant_budgets(tenant).await?;
-    let now = Timestamp::now();
-    for budget in budgets
-        .iter()
-        .filter(|b| b.hard_limit && b.applies_to(customer, tags))
-    {
-        let (start, _) = baton_ledger::budget_window(budget.period, now.0);
-        let hold = BudgetHold {
-            budget_id: budget.id.clone(),
-            window_start_ms: start.timestamp_millis(),
-            credits: estimate.max(1),
-        };
-        if !state.store.hold_budget(tenant, budget, &hold).await? {
-            // `taken` is dropped here: the holds on other budgets go back.
-            return Err(budget_exceeded(budget));
-        }
-        taken.holds.push(hold);
-    }
-    Ok(taken)
-}
-
-fn budget_exceeded(budget: &Budget) -> ApiError {
-    ApiError::Status {
-        status: axum::http::StatusCode::PAYMENT_REQUIRED,
-        code: "BUDGET_EXCEEDED",
-        message: format!(
-            "budget '{}' has reached its limit of {} credits for this {} period",
-            budget.name,
-            budget.limit_credits,
-            budget.period.as_str().to_ascii_lowercase()
-        ),
-    }
-}
 
 /// Delivers alerts as the log writer reports them, each on its own task.
 pub fn spawn_alert_delivery(state: AppState, mut alerts: mpsc::UnboundedReceiver<BudgetAlert>) {

@@ -9,6 +9,7 @@ use std::time::Duration;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use baton_domain::DomainError;
+use baton_executor::ExecutorError;
 use baton_providers::ProviderError;
 use baton_store::StoreError;
 use serde::Serialize;
@@ -240,34 +241,48 @@ impl From<StoreError> for ApiError {
 
 impl From<ProviderError> for ApiError {
     fn from(err: ProviderError) -> Self {
-        if let ProviderError::Invalid(invalid) = err {
-            return invalid.into();
-        }
-        let message = err.to_string();
-        let (status, code) = match &err {
-            ProviderError::ModelNotFound { .. } | ProviderError::UnknownProvider(_) => {
-                (StatusCode::NOT_FOUND, "MODEL_NOT_FOUND")
+        ExecutorError::from(err).into()
+    }
+}
+
+/// The one conversion of the engine's errors: its codes as they are, with their statuses.
+impl From<ExecutorError> for ApiError {
+    fn from(err: ExecutorError) -> Self {
+        let code = err.code();
+        let status = match &err {
+            ExecutorError::Validation { param, message } => {
+                return Self::Invalid {
+                    code,
+                    message: message.clone(),
+                    param: Some(param.clone()),
+                };
             }
-            ProviderError::NotConfigured(_) => (StatusCode::BAD_REQUEST, "PROVIDER_NOT_CONFIGURED"),
-            ProviderError::Unsupported { .. } => (StatusCode::BAD_REQUEST, "UNSUPPORTED"),
-            ProviderError::Timeout { .. } => (StatusCode::GATEWAY_TIMEOUT, "PROVIDER_TIMEOUT"),
-            ProviderError::InvalidOutput { .. } => {
-                (StatusCode::BAD_GATEWAY, "STRUCTURED_OUTPUT_INVALID")
+            ExecutorError::NotFound(message) => return Self::NotFound(message.clone()),
+            ExecutorError::RateLimited { retry_after } => {
+                return Self::RateLimited {
+                    retry_after: *retry_after,
+                };
             }
-            // The provider refused the request itself: the client can fix it.
-            ProviderError::Status {
-                status: 400 | 413 | 422,
-                ..
-            } => (StatusCode::BAD_REQUEST, "PROVIDER_REJECTED"),
-            ProviderError::Status { .. }
-            | ProviderError::Connection { .. }
-            | ProviderError::Invalid(_)
-            | ProviderError::InvalidResponse { .. } => (StatusCode::BAD_GATEWAY, "PROVIDER_ERROR"),
+            ExecutorError::Unavailable => return Self::Unavailable,
+            ExecutorError::Internal(message) => return Self::Internal(message.clone()),
+            ExecutorError::CostLimitExceeded { .. } | ExecutorError::BudgetExceeded(_) => {
+                StatusCode::PAYMENT_REQUIRED
+            }
+            ExecutorError::Cancelled => StatusCode::CONFLICT,
+            ExecutorError::StructuredOutputInvalid(_) => StatusCode::BAD_GATEWAY,
+            ExecutorError::Provider(_) => match code {
+                "MODEL_NOT_FOUND" => StatusCode::NOT_FOUND,
+                "PROVIDER_NOT_CONFIGURED" | "UNSUPPORTED" | "PROVIDER_REJECTED" => {
+                    StatusCode::BAD_REQUEST
+                }
+                "PROVIDER_TIMEOUT" => StatusCode::GATEWAY_TIMEOUT,
+                _ => StatusCode::BAD_GATEWAY,
+            },
         };
         Self::Status {
             status,
             code,
-            message,
+            message: err.to_string(),
         }
     }
 }

@@ -1,24 +1,20 @@
 //! Baton's HTTP surface: the axum router, handlers, authentication and the OpenAPI document.
 //! The only crate that knows axum; handlers parse and authorise, the store persists.
 
-pub mod agents;
 pub mod auth;
 pub mod budgets;
-pub mod cache;
 pub mod compat;
 pub mod context;
-pub mod critique;
 pub mod error;
-pub mod events;
 pub mod extract;
-pub mod gateway;
-pub mod limits;
-pub mod metrics;
 pub mod mcp;
+pub mod metrics;
 pub mod routes;
-pub mod runlog;
 pub mod state;
 pub mod toolrun;
+
+// The engine lives in `baton-executor`; its modules keep their old paths here.
+pub use baton_executor::{cache, events, gateway, limits, runlog};
 
 use std::future::Future;
 use std::net::SocketAddr;

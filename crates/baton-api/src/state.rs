@@ -5,24 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_domain::TenantId;
-use baton_domain::budget::Budget;
 use baton_domain::settings::TenantSettings;
+use baton_executor::{Engine, EngineConfig};
 use baton_providers::Registry;
 use baton_providers::routing::{Router, RouterConfig, RuleSet};
 use baton_store::Store;
 use baton_store::runs::RunWriter;
 use baton_tools::{GuardPolicy, GuardedClient};
-use moka::future::Cache;
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::auth::login::{LoginLimiter, spawn_pruner};
 use crate::auth::{Authenticator, SessionKeys, SessionSettings};
-use crate::cache::ResponseCache;
 use crate::error::ApiError;
-use crate::limits::TenantLimiters;
-use crate::metrics::Metrics;
 use crate::mcp::{McpConfig, McpService};
-use crate::routes::flow_runs::CompiledVersion;
+use crate::metrics::Metrics;
 
 /// What the HTTP layer needs from the operator's configuration.
 #[derive(Debug, Clone)]
@@ -47,6 +43,20 @@ pub struct ApiConfig {
     pub tool_connect_timeout: Duration,
     /// Hosts and origins Baton's own MCP server accepts.
     pub mcp: McpConfig,
+}
+
+impl ApiConfig {
+    /// The part of the configuration the engine takes.
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            request_timeout: self.request_timeout,
+            response_cache_max_bytes: self.response_cache_max_bytes,
+            router: self.router,
+            outbound: self.outbound.clone(),
+            tool_call_timeout: self.tool_call_timeout,
+            tool_connect_timeout: self.tool_connect_timeout,
+        }
+    }
 }
 
 impl Default for ApiConfig {
@@ -75,29 +85,18 @@ pub struct AppState {
     pub providers: Arc<Registry>,
     /// The invocation log's batched writer.
     pub runs: RunWriter,
-    /// Tenant settings read on the hot path; dropped on change (other instances: TTL).
-    settings: Cache<String, Arc<TenantSettings>>,
-    /// Tenant routing rules, likewise.
-    rules: Cache<String, Arc<RuleSet>>,
-    /// Tenant budgets (checked before every model-calling request), likewise.
-    budgets: Cache<String, Arc<Vec<Budget>>>,
-    /// Orders model chains and keeps the circuit breakers.
+    /// Runs flows and model calls: router, caches, limits, the storage traits over `store`.
+    pub engine: Engine,
+    /// Orders model chains and keeps the circuit breakers (the engine's).
     pub router: Arc<Router>,
-    pub responses: ResponseCache,
-    pub limiters: TenantLimiters,
-    /// The one client for tenant-supplied destinations (tool hosts, MCP servers).
+    /// The one client for tenant-supplied destinations (the engine's).
     pub outbound: GuardedClient,
-    /// Compiled activated versions (immutable) by tenant and version id.
-    pub(crate) versions: Cache<String, Arc<CompiledVersion>>,
     pub config: Arc<ApiConfig>,
     /// What `/metrics` reports.
     pub metrics: Arc<Metrics>,
     /// Baton's own MCP server (`/api/v1/mcp`).
     pub(crate) mcp: Arc<McpService>,
 }
-
-/// How stale another instance's cached settings may be.
-const SETTINGS_CACHE_TTL: Duration = Duration::from_secs(30);
 const JWT_SECRET_NAME: &str = "jwt_signing_key";
 const MIN_JWT_SECRET_LEN: usize = 32;
 
@@ -135,30 +134,21 @@ impl AppState {
         );
         let login_limiter = LoginLimiter::per_minute(config.login_attempts_per_minute);
         spawn_pruner(login_limiter.clone(), Duration::from_secs(60));
+        let engine = Engine::new(
+            config.engine_config(),
+            providers.clone(),
+            Arc::new(store.clone()),
+            Arc::new(runs.clone()),
+        )?;
         Ok(AppState {
-            router: Arc::new(Router::new(providers.clone(), config.router)),
-            responses: ResponseCache::new(config.response_cache_max_bytes),
-            limiters: TenantLimiters::new(),
-            outbound: GuardedClient::new(config.outbound.clone(), config.tool_connect_timeout)
-                .map_err(|e| ApiError::Internal(e.to_string()))?,
-            versions: Cache::builder().max_capacity(10_000).build(),
-            rules: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(SETTINGS_CACHE_TTL)
-                .build(),
-            budgets: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(SETTINGS_CACHE_TTL)
-                .build(),
+            router: engine.router().clone(),
+            outbound: engine.outbound().clone(),
+            engine,
             auth: Arc::new(Authenticator::new(store.clone(), sessions)),
             store,
             login_limiter,
             providers,
             runs,
-            settings: Cache::builder()
-                .max_capacity(100_000)
-                .time_to_live(SETTINGS_CACHE_TTL)
-                .build(),
             mcp: Arc::new(crate::mcp::service(&config)),
             config: Arc::new(config),
             metrics: Arc::new(Metrics::new()),
@@ -172,55 +162,29 @@ impl AppState {
         self
     }
 
-    /// The tenant's settings, from the cache when fresh.
+    /// The tenant's settings, from the engine's cache when fresh.
     pub async fn tenant_settings(
         &self,
         tenant: &TenantId,
     ) -> Result<Arc<TenantSettings>, ApiError> {
-        if let Some(settings) = self.settings.get(tenant.as_str()).await {
-            return Ok(settings);
-        }
-        let settings = Arc::new(self.store.tenant_settings(tenant).await?.settings);
-        self.settings
-            .insert(tenant.as_str().to_string(), settings.clone())
-            .await;
-        Ok(settings)
+        Ok(self.engine.tenant_settings(tenant).await?)
     }
 
     pub async fn forget_settings(&self, tenant: &TenantId) {
-        self.settings.invalidate(tenant.as_str()).await;
+        self.engine.forget_settings(tenant).await;
     }
 
-    /// The tenant's routing rules by alias, from the cache when fresh.
+    /// The tenant's routing rules by alias, from the engine's cache when fresh.
     pub async fn routing_rules(&self, tenant: &TenantId) -> Result<Arc<RuleSet>, ApiError> {
-        if let Some(rules) = self.rules.get(tenant.as_str()).await {
-            return Ok(rules);
-        }
-        let rules = Arc::new(RuleSet::new(self.store.list_routing_rules(tenant).await?));
-        self.rules
-            .insert(tenant.as_str().to_string(), rules.clone())
-            .await;
-        Ok(rules)
+        Ok(self.engine.routing_rules(tenant).await?)
     }
 
     pub async fn forget_routing_rules(&self, tenant: &TenantId) {
-        self.rules.invalidate(tenant.as_str()).await;
-    }
-
-    /// The tenant's budgets, from the cache when fresh.
-    pub async fn tenant_budgets(&self, tenant: &TenantId) -> Result<Arc<Vec<Budget>>, ApiError> {
-        if let Some(budgets) = self.budgets.get(tenant.as_str()).await {
-            return Ok(budgets);
-        }
-        let budgets = Arc::new(self.store.list_budgets(tenant).await?);
-        self.budgets
-            .insert(tenant.as_str().to_string(), budgets.clone())
-            .await;
-        Ok(budgets)
+        self.engine.forget_routing_rules(tenant).await;
     }
 
     pub async fn forget_budgets(&self, tenant: &TenantId) {
-        self.budgets.invalidate(tenant.as_str()).await;
+        self.engine.forget_budgets(tenant).await;
     }
 }
 

@@ -163,6 +163,59 @@ pub struct RunRecord {
     pub budget_holds: Vec<crate::budget::BudgetHold>,
 }
 
+impl RunRecord {
+    /// A fresh, pending run record with every counter at zero.
+    pub fn pending(
+        id: String,
+        tenant: TenantId,
+        kind: RunKind,
+        requested_model: String,
+    ) -> RunRecord {
+        RunRecord {
+            root_id: id.clone(),
+            id,
+            tenant: Some(tenant),
+            parent_id: None,
+            depth: 0,
+            agent_role: None,
+            kind,
+            environment: None,
+            flow_name: None,
+            requested_model,
+            served_model: None,
+            provider: None,
+            status: RunStatus::Pending,
+            finish_reason: None,
+            usage: Usage::default(),
+            cost_credits: 0,
+            raw_cost_credits: 0,
+            pricing_uncertain: false,
+            duration_ms: 0,
+            customer_id: None,
+            customer_external_id: None,
+            tags: Vec::new(),
+            request: None,
+            response: None,
+            error_code: None,
+            error_message: None,
+            detail_dropped: false,
+            fallback_used: false,
+            was_cached: false,
+            attempts: Vec::new(),
+            tool_calls: Vec::new(),
+            warnings: Vec::new(),
+            callback_origin: None,
+            cancel_requested_at: None,
+            cancel_requested_by: None,
+            cancelled_at: None,
+            is_debug: false,
+            created_at: Timestamp::now(),
+            completed_at: None,
+            budget_holds: Vec::new(),
+        }
+    }
+}
+
 /// A stream event kept for `/llm-logs/{id}/events`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -12,6 +12,7 @@ mod time;
 pub mod api_keys;
 pub mod budgets;
 pub mod customers;
+pub mod engine;
 pub mod environments;
 pub mod flows;
 pub mod logs;

@@ -18,8 +18,10 @@ use baton_providers::structured::OutputSchema;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
 
+use baton_executor::ExecutorError;
+use baton_executor::stream::structured_output_problem;
+
 use crate::auth::Principal;
-use crate::budgets;
 use crate::cache::CacheFill;
 use crate::compat::request::{ChatCompletionRequest, parse};
 use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
@@ -31,6 +33,7 @@ use crate::gateway::{answer, open_stream, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, event_stream};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
+use baton_executor::budgets::estimate_credits;
 
 pub(crate) fn header_tags(headers: &HeaderMap) -> ApiResult<Vec<String>> {
     match headers.get("x-baton-tags") {
@@ -86,7 +89,7 @@ pub async fn chat_completions(
         ..ModelSelection::default()
     };
     let plan = plan_call(
-        &state,
+        &state.engine,
         &principal.tenant,
         &settings,
         selection,
@@ -96,17 +99,18 @@ pub async fn chat_completions(
     )
     .await?;
     let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
-    let holds = budgets::admit(
-        &state,
-        &principal.tenant,
-        customer.as_deref(),
-        &tags,
-        budgets::estimate_credits(&pricing, &plan, &inference),
-    )
-    .await?;
+    let holds = state
+        .engine
+        .admit(
+            &principal.tenant,
+            customer.as_deref(),
+            &tags,
+            estimate_credits(&pricing, &plan, &inference),
+        )
+        .await?;
 
     let mut log = RunLog::start(
-        state.runs.clone(),
+        state.engine.runs().clone(),
         pricing.clone(),
         request_id.0.clone(),
         principal.tenant.clone(),
@@ -144,7 +148,7 @@ pub async fn chat_completions(
 
     if !parsed.stream {
         let answer = match answer(
-            &state,
+            &state.engine,
             &principal.tenant,
             &plan,
             &mut inference,
@@ -157,7 +161,7 @@ pub async fn chat_completions(
             Err(failure) => {
                 finish_events(&mut events, &call, Err(&failure.error));
                 log.attach_events(events.take_stored());
-                return Err(failure.log(log).await);
+                return Err(failure.log(log).await.into());
             }
         };
         call.served_by(&answer.model, answer.fallback_used, answer.cached);
@@ -183,7 +187,14 @@ pub async fn chat_completions(
     }
 
     // Errors before the first byte are ordinary error responses; later ones are error chunks.
-    let answer = match open_stream(&state, &principal.tenant, &plan, &mut inference, &mut log).await
+    let answer = match open_stream(
+        &state.engine,
+        &principal.tenant,
+        &plan,
+        &mut inference,
+        &mut log,
+    )
+    .await
     {
         Ok(answer) => answer,
         Err(failure) => {
@@ -197,12 +208,12 @@ pub async fn chat_completions(
                 );
             }
             log.attach_events(events.take_stored());
-            return Err(failure.log(log).await);
+            return Err(failure.log(log).await.into());
         }
     };
     call.served_by(&answer.model, answer.fallback_used, answer.cached);
     let pricing = answer.pricing(pricing);
-    let fill = answer.cache_fill(&state, &plan);
+    let fill = answer.cache_fill(&state.engine, &plan);
     let upstream = answer.value;
     let mut reply = if let Some(options) = event_options {
         let end = StreamEnd { fill, schema };
@@ -324,7 +335,7 @@ impl ChunkStream {
     }
 
     /// Ends the stored lifecycle and hands it to the log.
-    fn close_events(&mut self, log: &mut RunLog, outcome: Result<(), &ApiError>) {
+    fn close_events(&mut self, log: &mut RunLog, outcome: Result<(), &ExecutorError>) {
         let partial = self.partial();
         let credits = self
             .pricing
@@ -384,7 +395,7 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                     }
                 }
                 Some(Err(err)) => {
-                    let error = ApiError::from(err);
+                    let error = ExecutorError::from(err);
                     let body = error_chunk(&error, &state.request_id);
                     batch.push(state.event(&body));
                     batch.push(state.done());
@@ -448,35 +459,18 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
 }
 
 /// The DESIGN.md error body, sent as the last chunk of a stream that failed after its first byte.
-fn error_chunk(error: &ApiError, request_id: &str) -> Value {
+fn error_chunk(error: &ExecutorError, request_id: &str) -> Value {
     serde_json::json!({"error": {
         "code": error.code(), "message": error.to_string(), "type": "api_error",
         "param": Value::Null, "requestId": request_id,
     }})
 }
 
-/// A streamed answer is checked against the requested schema once complete. The text is already
-/// with the client, so there is no retry: the client is told, and the run records it.
-pub(crate) fn structured_output_problem(
-    schema: Option<&OutputSchema>,
-    response: &InferenceResponse,
-) -> Option<ApiError> {
-    let schema = schema.filter(|_| response.tool_calls.is_empty())?;
-    schema
-        .check(&response.text)
-        .err()
-        .map(|problem| ApiError::Status {
-            status: axum::http::StatusCode::BAD_GATEWAY,
-            code: "STRUCTURED_OUTPUT_INVALID",
-            message: format!("the streamed answer does not follow the response schema: {problem}"),
-        })
-}
-
 /// The end of a stored lifecycle: completion events, or `error` + `requestFailed`.
 fn finish_events(
     events: &mut EventLog,
     call: &CallInfo,
-    outcome: Result<(&InferenceResponse, Credits), &ApiError>,
+    outcome: Result<(&InferenceResponse, Credits), &ExecutorError>,
 ) {
     let elapsed = events.elapsed_ms();
     match outcome {

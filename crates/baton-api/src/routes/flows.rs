@@ -7,7 +7,7 @@ use baton_domain::flow::{
     ActivateVersion, ExecutionMode, Flow, FlowPatch, NewFlow, Template, TemplateInput, Version,
     validate_title,
 };
-use baton_template::{Field, Library, Parameter, ParameterSource, TemplateSource};
+use baton_template::{Field, Library, Parameter, ParameterSource};
 use serde::Deserialize;
 use utoipa::IntoParams;
 
@@ -255,28 +255,7 @@ pub(crate) async fn known_environment(
 
 /// Compiles a version's templates; a syntax error or a cycle is a 400 naming the template.
 pub(crate) fn compile(templates: &[Template]) -> ApiResult<Library> {
-    let sources: Vec<TemplateSource<'_>> = templates
-        .iter()
-        .map(|t| TemplateSource {
-            name: &t.name,
-            template: &t.template,
-            user_template: t.user_template.as_deref(),
-        })
-        .collect();
-    Library::compile(&sources).map_err(|(name, err)| {
-        let field = match &err {
-            baton_template::TemplateError::InvalidName {
-                field: Field::UserTemplate,
-                ..
-            }
-            | baton_template::TemplateError::Unclosed {
-                field: Field::UserTemplate,
-                ..
-            } => "userTemplate",
-            _ => "template",
-        };
-        ApiError::validation(field, format!("template '{name}': {err}"))
-    })
+    Ok(baton_executor::engine::compile(templates)?)
 }
 
 #[utoipa::path(get, path = "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}", tag = "flows",

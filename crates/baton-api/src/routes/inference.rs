@@ -14,7 +14,6 @@ use baton_providers::routing::{ModelSelection, Named};
 use baton_providers::structured::OutputSchema;
 
 use crate::auth::Principal;
-use crate::budgets;
 use crate::compat::request::{WireMessage, message};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
@@ -23,6 +22,7 @@ use crate::gateway::{RequestTimeouts, answer, plan_call};
 use crate::routes::chat::{customer_of, header_tags};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
+use baton_executor::budgets::estimate_credits;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -196,7 +196,7 @@ pub async fn inference(
     };
     let timeouts = body.timeouts.unwrap_or_default().validated("timeouts")?;
     let plan = plan_call(
-        &state,
+        &state.engine,
         &principal.tenant,
         &settings,
         selection,
@@ -207,16 +207,17 @@ pub async fn inference(
     .await?;
 
     let pricing = Pricing::new(state.providers.catalogue().clone(), &settings);
-    let holds = budgets::admit(
-        &state,
-        &principal.tenant,
-        customer.as_deref(),
-        &tags,
-        budgets::estimate_credits(&pricing, &plan, &request),
-    )
-    .await?;
+    let holds = state
+        .engine
+        .admit(
+            &principal.tenant,
+            customer.as_deref(),
+            &tags,
+            estimate_credits(&pricing, &plan, &request),
+        )
+        .await?;
     let mut log = RunLog::start(
-        state.runs.clone(),
+        state.engine.runs().clone(),
         pricing.clone(),
         request_id.0.clone(),
         principal.tenant.clone(),
@@ -233,7 +234,7 @@ pub async fn inference(
     log.set_request(serde_json::to_value(&request).unwrap_or(Value::Null));
 
     let answer = match answer(
-        &state,
+        &state.engine,
         &principal.tenant,
         &plan,
         &mut request,
@@ -243,7 +244,7 @@ pub async fn inference(
     .await
     {
         Ok(answer) => answer,
-        Err(failure) => return Err(failure.log(log).await),
+        Err(failure) => return Err(failure.log(log).await.into()),
     };
     let pricing = answer.pricing(pricing);
     let response = answer.value;

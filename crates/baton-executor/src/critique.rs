@@ -6,10 +6,10 @@
 //! answer and a recoverable `error` event (`CRITIQUE_INVALID`). Every run is a logged child.
 
 use baton_domain::tool::{DEFAULT_LOOP_ITERATIONS, Tool};
-use baton_executor::AgentOutcome;
 use serde_json::{Map, Value, json};
 
 use crate::agents::{SubRun, TreeRunner};
+use crate::dispatch::AgentOutcome;
 
 /// The critic's verdict.
 struct Verdict {

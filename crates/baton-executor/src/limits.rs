@@ -10,7 +10,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use moka::future::Cache;
 
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ExecutorError, ExecutorResult};
 
 struct TenantLimiter {
     per_minute: u32,
@@ -40,7 +40,7 @@ impl TenantLimiters {
     }
 
     /// Takes one request from the tenant's budget, or 429 with the time until the next one.
-    pub async fn check(&self, tenant: &TenantId, per_minute: Option<u32>) -> ApiResult<()> {
+    pub async fn check(&self, tenant: &TenantId, per_minute: Option<u32>) -> ExecutorResult<()> {
         let Some(limit) = per_minute.and_then(NonZeroU32::new) else {
             return Ok(());
         };
@@ -58,7 +58,7 @@ impl TenantLimiters {
         entry
             .limiter
             .check()
-            .map_err(|not_until| ApiError::RateLimited {
+            .map_err(|not_until| ExecutorError::RateLimited {
                 retry_after: not_until.wait_time_from(DefaultClock::default().now()),
             })
     }
@@ -84,7 +84,7 @@ mod tests {
         }
         let err = limiters.check(&a, Some(3)).await.unwrap_err();
         assert!(
-            matches!(err, ApiError::RateLimited { retry_after } if retry_after > Duration::ZERO)
+            matches!(err, ExecutorError::RateLimited { retry_after } if retry_after > Duration::ZERO)
         );
         limiters.check(&b, Some(3)).await.unwrap();
         limiters.check(&a, None).await.unwrap();

@@ -11,20 +11,22 @@ use baton_domain::chat::{InferenceRequest, Message, Role};
 use baton_domain::run::RunKind;
 use baton_domain::settings::DEFAULT_MAX_AGENT_DEPTH;
 use baton_domain::tool::Tool;
-use baton_executor::{AgentOutcome, AgentRunner, DEFAULT_MAX_TOOL_ITERATIONS, ToolSet};
 use baton_providers::routing::{ModelSelection, Named};
 use baton_providers::structured::OutputSchema;
 use serde_json::{Map, Value, json};
 
+use crate::dispatch::{AgentOutcome, AgentRunner};
+use crate::engine::Engine;
+use crate::flow_run::parameter_values;
 use crate::gateway::{RequestTimeouts, plan_call};
-use crate::routes::flow_runs::{compiled_version, parameter_values};
 use crate::runlog::{Pricing, RunLog};
-use crate::state::AppState;
+use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
 use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput, preview};
+use crate::toolset::ToolSet;
 
 /// Starts sub-agents for the run whose scope it holds.
 pub struct TreeRunner {
-    pub state: AppState,
+    pub engine: Engine,
     pub tenant: TenantId,
     pub scope: AgentScope,
     pub environment: String,
@@ -51,11 +53,11 @@ impl TreeRunner {
         sub: &SubRun<'_>,
         arguments: Map<String, Value>,
     ) -> Result<Child, String> {
-        let state = &self.state;
+        let engine = &self.engine;
         let target = sub.flow;
-        let found = state
-            .store
-            .get_flow(&self.tenant, target)
+        let found = engine
+            .flows()
+            .flow(&self.tenant, target)
             .await
             .map_err(|_| {
                 format!(
@@ -70,7 +72,7 @@ impl TreeRunner {
                 sub.name, flow.name
             ));
         }
-        let settings = state
+        let settings = engine
             .tenant_settings(&self.tenant)
             .await
             .map_err(|e| e.to_string())?;
@@ -104,7 +106,8 @@ impl TreeRunner {
             .get(&environment)
             .cloned()
             .ok_or_else(|| format!("the flow '{}' has no active version", flow.name))?;
-        let compiled = compiled_version(state, &self.tenant, &flow, &version_id)
+        let compiled = engine
+            .compiled_version(&self.tenant, &flow.id, &version_id)
             .await
             .map_err(|e| e.to_string())?;
         let template_name = compiled.version.entrypoint.clone();
@@ -171,7 +174,7 @@ impl TreeRunner {
             ..ModelSelection::default()
         };
         let plan = plan_call(
-            state,
+            engine,
             &self.tenant,
             &settings,
             selection,
@@ -182,9 +185,9 @@ impl TreeRunner {
         .await
         .map_err(|e| e.to_string())?;
         let tools = ToolSet::new(
-            state
-                .store
-                .tools_by_ids(&self.tenant, &template.tool_ids)
+            engine
+                .flows()
+                .tools(&self.tenant, &template.tool_ids)
                 .await
                 .map_err(|e| e.to_string())?,
         )
@@ -207,7 +210,7 @@ impl TreeRunner {
                 .unwrap_or(DEFAULT_MAX_TOOL_ITERATIONS),
             depth,
             ancestors,
-            pricing: Pricing::new(state.providers.catalogue().clone(), &settings),
+            pricing: Pricing::new(engine.providers().catalogue().clone(), &settings),
             callback_origins: settings.callback_origins.clone(),
         })
     }
@@ -264,7 +267,7 @@ impl TreeRunner {
         self.events.agent_running(true);
         let started = std::time::Instant::now();
         let mut log = RunLog::start(
-            self.state.runs.clone(),
+            self.engine.runs().clone(),
             child.pricing.clone(),
             child.id.clone(),
             self.tenant.clone(),
@@ -312,7 +315,7 @@ impl TreeRunner {
             budget: self.scope.budget,
         };
         let input = ToolRunInput {
-            state: self.state.clone(),
+            engine: self.engine.clone(),
             tenant: self.tenant.clone(),
             plan: child.plan,
             request: child.request,

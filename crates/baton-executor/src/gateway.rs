@@ -14,15 +14,15 @@ use baton_providers::routing::{
 use baton_providers::structured::OutputSchema;
 use futures::StreamExt;
 use serde::Deserialize;
-use utoipa::ToSchema;
 
 use crate::cache::{CacheFill, CacheSlot, ResponseCache, replay};
-use crate::error::{ApiError, ApiResult};
+use crate::engine::Engine;
+use crate::error::{ExecutorError, ExecutorResult};
 use crate::runlog::{Pricing, RunLog};
-use crate::state::AppState;
 
 /// A request's own per-attempt time limits, in milliseconds.
-#[derive(Debug, Clone, Copy, Default, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct RequestTimeouts {
     /// Until a stream's response headers.
@@ -37,7 +37,7 @@ pub struct RequestTimeouts {
 }
 
 impl RequestTimeouts {
-    pub fn validated(self, param: &str) -> ApiResult<RequestTimeouts> {
+    pub fn validated(self, param: &str) -> ExecutorResult<RequestTimeouts> {
         for (value, name) in [
             (self.connect_ms, "connect_ms"),
             (self.first_token_ms, "first_token_ms"),
@@ -77,24 +77,25 @@ pub struct CallPlan {
 /// Applies the tenant's rate limit and resolves the request's chain. Errors here happen before
 /// anything is logged or billed.
 pub async fn plan_call(
-    state: &AppState,
+    engine: &Engine,
     tenant: &TenantId,
     settings: &TenantSettings,
     selection: ModelSelection<'_>,
     request: &InferenceRequest,
     nonce: Option<&str>,
     timeouts: RequestTimeouts,
-) -> ApiResult<CallPlan> {
-    state
+) -> ExecutorResult<CallPlan> {
+    engine
+        .inner
         .limiters
         .check(tenant, settings.requests_per_minute)
         .await?;
-    let rules = state.routing_rules(tenant).await?;
+    let rules = engine.routing_rules(tenant).await?;
     let selection = ModelSelection {
         tenant_default: settings.default_model.as_deref(),
         ..selection
     };
-    let chain = resolve(&selection, &rules, state.providers.as_ref())?;
+    let chain = resolve(&selection, &rules, engine.inner.providers.as_ref())?;
     let cache = ResponseCache::slot(
         tenant,
         &chain.requested,
@@ -105,7 +106,7 @@ pub async fn plan_call(
     Ok(CallPlan {
         chain,
         timeouts: timeouts.resolve(settings),
-        deadline: Instant::now() + state.config.request_timeout,
+        deadline: Instant::now() + engine.inner.config.request_timeout,
         cache,
     })
 }
@@ -129,12 +130,12 @@ impl<T> Answer<T> {
     }
 
     /// Where a streamed answer is cached once complete (not when it came from the cache).
-    pub fn cache_fill(&self, state: &AppState, plan: &CallPlan) -> Option<CacheFill> {
+    pub fn cache_fill(&self, engine: &Engine, plan: &CallPlan) -> Option<CacheFill> {
         plan.cache
             .clone()
             .filter(|_| !self.cached)
             .map(|slot| CacheFill {
-                cache: state.responses.clone(),
+                cache: engine.inner.responses.clone(),
                 slot,
                 model: self.model.clone(),
             })
@@ -143,14 +144,14 @@ impl<T> Answer<T> {
 
 /// A request that got no answer: what to report and what to bill.
 pub struct Failure {
-    pub error: ApiError,
+    pub error: ExecutorError,
     pub model: Option<ChainModel>,
     pub spent: Usage,
 }
 
 impl Failure {
     /// Finishes the log as failed; returns the error for the client.
-    pub async fn log(self, log: RunLog) -> ApiError {
+    pub async fn log(self, log: RunLog) -> ExecutorError {
         let model = self
             .model
             .as_ref()
@@ -172,7 +173,7 @@ impl From<ChainFailure> for Failure {
 
 /// A synchronous answer: the cached one, else the chain's (then cached).
 pub async fn answer(
-    state: &AppState,
+    engine: &Engine,
     tenant: &TenantId,
     plan: &CallPlan,
     request: &mut InferenceRequest,
@@ -180,7 +181,7 @@ pub async fn answer(
     log: &mut RunLog,
 ) -> Result<Answer<InferenceResponse>, Failure> {
     if let Some(slot) = &plan.cache
-        && let Some(hit) = state.responses.get(slot).await
+        && let Some(hit) = engine.inner.responses.get(slot).await
     {
         log.mark_cached();
         return Ok(Answer {
@@ -190,7 +191,8 @@ pub async fn answer(
             cached: true,
         });
     }
-    match state
+    match engine
+        .inner
         .router
         .infer(
             tenant.as_str(),
@@ -205,7 +207,8 @@ pub async fn answer(
         Ok(served) => {
             log.record_routing(served.attempts, served.fallback_used);
             if let Some(slot) = &plan.cache {
-                state
+                engine
+                    .inner
                     .responses
                     .put(slot, served.model.clone(), served.value.clone())
                     .await;
@@ -227,14 +230,14 @@ pub async fn answer(
 /// A stream: the cached answer replayed, else the first model of the chain whose stream
 /// started. Nothing has reached the client yet, so failures here are ordinary error responses.
 pub async fn open_stream(
-    state: &AppState,
+    engine: &Engine,
     tenant: &TenantId,
     plan: &CallPlan,
     request: &mut InferenceRequest,
     log: &mut RunLog,
 ) -> Result<Answer<DeltaStream>, Failure> {
     if let Some(slot) = &plan.cache
-        && let Some(hit) = state.responses.get(slot).await
+        && let Some(hit) = engine.inner.responses.get(slot).await
     {
         log.mark_cached();
         return Ok(Answer {
@@ -244,7 +247,8 @@ pub async fn open_stream(
             cached: true,
         });
     }
-    match state
+    match engine
+        .inner
         .router
         .infer_stream(
             tenant.as_str(),

@@ -10,24 +10,24 @@ use baton_domain::settings::TenantSettings;
 use baton_domain::{TenantId, Timestamp};
 use baton_ledger::{Cost, Price, price_inference};
 use baton_providers::Catalogue;
-use baton_store::runs::{LogItem, RunWriter, new_record};
 use serde_json::Value;
 
-use crate::error::ApiError;
+use crate::error::ExecutorError;
+use crate::storage::{RunItem, RunSink};
 
-/// What pricing needs to know about the request's tenant and model.
-async fn write(writer: &RunWriter, record: RunRecord, events: Vec<StoredEvent>) {
+async fn write(writer: &dyn RunSink, record: RunRecord, events: Vec<StoredEvent>) {
     let tenant = record.tenant.clone();
-    if let Err(err) = writer.write(LogItem::Run(Box::new(record))).await {
+    if let Err(err) = writer.queue(RunItem::Run(Box::new(record))).await {
         tracing::error!(error = %err, "could not queue an invocation log row");
     }
     if let Some(tenant) = tenant.filter(|_| !events.is_empty())
-        && let Err(err) = writer.write(LogItem::Events(tenant, events)).await
+        && let Err(err) = writer.queue(RunItem::Events(tenant, events)).await
     {
         tracing::error!(error = %err, "could not queue stored events");
     }
 }
 
+/// What pricing needs to know about the request's tenant and model.
 #[derive(Clone)]
 pub struct Pricing {
     pub catalogue: Arc<Catalogue>,
@@ -79,13 +79,13 @@ pub struct RunLog {
     /// Lifecycle events written with the run.
     events: Vec<StoredEvent>,
     started: Instant,
-    writer: RunWriter,
+    writer: Arc<dyn RunSink>,
     pricing: Pricing,
 }
 
 impl RunLog {
     pub fn start(
-        writer: RunWriter,
+        writer: Arc<dyn RunSink>,
         pricing: Pricing,
         id: String,
         tenant: TenantId,
@@ -93,7 +93,7 @@ impl RunLog {
         requested_model: String,
     ) -> RunLog {
         RunLog {
-            record: Some(new_record(id, tenant, kind, requested_model)),
+            record: Some(RunRecord::pending(id, tenant, kind, requested_model)),
             events: Vec::new(),
             started: Instant::now(),
             writer,
@@ -181,7 +181,7 @@ impl RunLog {
     }
 
     /// A multi-call request that failed after spending `cost` on earlier calls.
-    pub async fn fail_priced(mut self, error: &ApiError, usage: Usage, cost: Cost) {
+    pub async fn fail_priced(mut self, error: &ExecutorError, usage: Usage, cost: Cost) {
         let duration_ms = self.elapsed_ms();
         if let Some(record) = self.record.as_mut() {
             record.status = RunStatus::Failed;
@@ -199,7 +199,7 @@ impl RunLog {
 
     /// A request that got no answer. `spent` is what failed attempts still cost (a structured
     /// answer that was invalid twice); it is priced and billed.
-    pub async fn fail(mut self, model: Option<(&str, &str)>, error: &ApiError, spent: Usage) {
+    pub async fn fail(mut self, model: Option<(&str, &str)>, error: &ExecutorError, spent: Usage) {
         let duration_ms = self.elapsed_ms();
         let cost = model.map(|(provider, model)| self.pricing.cost(provider, model, model, &spent));
         if let Some(record) = self.record.as_mut() {
@@ -271,7 +271,7 @@ impl RunLog {
         if let Some(record) = &self.record
             && let Err(err) = self
                 .writer
-                .write(LogItem::Run(Box::new(record.clone())))
+                .queue(RunItem::Run(Box::new(record.clone())))
                 .await
         {
             tracing::warn!(error = %err, "could not queue a pending run row");
@@ -284,7 +284,12 @@ impl RunLog {
 
     pub async fn flush(mut self) {
         if let Some(record) = self.record.take() {
-            write(&self.writer, record, std::mem::take(&mut self.events)).await;
+            write(
+                self.writer.as_ref(),
+                record,
+                std::mem::take(&mut self.events),
+            )
+            .await;
         }
     }
 
@@ -293,7 +298,7 @@ impl RunLog {
         if let Some(record) = self.record.take() {
             let writer = self.writer.clone();
             let events = std::mem::take(&mut self.events);
-            tokio::spawn(async move { write(&writer, record, events).await });
+            tokio::spawn(async move { write(writer.as_ref(), record, events).await });
         }
     }
 

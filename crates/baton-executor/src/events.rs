@@ -1,14 +1,16 @@
 //! Execution events (SPEC.md "Events"): the envelope, type filters, and the record of a
 //! request's lifecycle events kept for `/llm-logs/{id}/events`.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use baton_domain::Timestamp;
 use baton_domain::chat::InferenceResponse;
 use baton_domain::credits::Credits;
 use baton_domain::run::StoredEvent;
 use baton_providers::routing::ChainModel;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+
+use crate::error::ExecutorError;
 
 /// `contentDelta` events are streamed but not stored: they would repeat the response text.
 const NOT_STORED: &[&str] = &["contentDelta", "heartbeat"];
@@ -61,6 +63,104 @@ impl EventFilter {
                 name == *pattern
             }
         })
+    }
+}
+
+const EVENT_ONLY_OPTIONS: &[&str] = &[
+    "usage_interval_ms",
+    "heartbeat_interval_ms",
+    "include_tool_results",
+    "include_agent_results",
+    "event_types",
+];
+const DEFAULT_USAGE_INTERVAL_MS: u64 = 5_000;
+const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
+const MIN_INTERVAL_MS: u64 = 100;
+
+/// Whether `stream_options` asks for the events format.
+pub fn wants_events(options: &Map<String, Value>) -> bool {
+    options.get("format").and_then(Value::as_str) == Some("events")
+        || EVENT_ONLY_OPTIONS.iter().any(|k| options.contains_key(*k))
+}
+
+/// The events-format options, validated.
+#[derive(Debug, Clone)]
+pub struct EventOptions {
+    pub(crate) include_usage: bool,
+    pub(crate) usage_interval: Duration,
+    pub(crate) heartbeat_interval: Duration,
+    pub filter: EventFilter,
+    /// Full tool results in `toolCompleted` (`result`), not only the preview.
+    pub include_tool_results: bool,
+    /// Full sub-agent answers in `agentCompleted` (`result`).
+    pub include_agent_results: bool,
+}
+
+impl EventOptions {
+    pub fn parse(options: &Map<String, Value>) -> Result<EventOptions, ExecutorError> {
+        let interval = |name: &str, default: u64| -> Result<Duration, ExecutorError> {
+            match options.get(name) {
+                None | Some(Value::Null) => Ok(Duration::from_millis(default)),
+                Some(v) => v
+                    .as_u64()
+                    .filter(|ms| *ms >= MIN_INTERVAL_MS)
+                    .map(Duration::from_millis)
+                    .ok_or_else(|| {
+                        ExecutorError::validation(
+                            format!("stream_options.{name}"),
+                            format!("{name} must be an integer of at least {MIN_INTERVAL_MS}"),
+                        )
+                    }),
+            }
+        };
+        let flag = |name: &str| -> Result<bool, ExecutorError> {
+            match options.get(name) {
+                None | Some(Value::Null) => Ok(false),
+                Some(Value::Bool(b)) => Ok(*b),
+                Some(_) => Err(ExecutorError::validation(
+                    format!("stream_options.{name}"),
+                    format!("{name} must be a boolean"),
+                )),
+            }
+        };
+        let types = match options.get("event_types") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect(),
+            Some(_) => {
+                return Err(ExecutorError::validation(
+                    "stream_options.event_types",
+                    "event_types must be an array of strings",
+                ));
+            }
+        };
+        Ok(EventOptions {
+            include_usage: options
+                .get("include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(true),
+            usage_interval: interval("usage_interval_ms", DEFAULT_USAGE_INTERVAL_MS)?,
+            heartbeat_interval: interval("heartbeat_interval_ms", DEFAULT_HEARTBEAT_INTERVAL_MS)?,
+            filter: EventFilter::new(&types),
+            include_tool_results: flag("include_tool_results")?,
+            include_agent_results: flag("include_agent_results")?,
+        })
+    }
+}
+
+impl Default for EventOptions {
+    /// No options given: every event, usage every 5 s, heartbeat every 30 s.
+    fn default() -> Self {
+        EventOptions {
+            include_usage: true,
+            usage_interval: Duration::from_millis(DEFAULT_USAGE_INTERVAL_MS),
+            heartbeat_interval: Duration::from_millis(DEFAULT_HEARTBEAT_INTERVAL_MS),
+            filter: EventFilter::default(),
+            include_tool_results: false,
+            include_agent_results: false,
+        }
     }
 }
 

@@ -1,0 +1,85 @@
+//! What the engine needs from storage, as traits it owns (DESIGN.md "Crates"): `baton-store`
+//! implements them over its database, [`crate::MemoryStore`] in memory. Every method touching
+//! tenant data takes the tenant; another tenant's id is [`ExecutorError::NotFound`].
+
+use async_trait::async_trait;
+use baton_domain::TenantId;
+use baton_domain::budget::{Budget, BudgetHold};
+use baton_domain::flow::{Flow, Version};
+use baton_domain::routing::RoutingRule;
+use baton_domain::run::{RunRecord, StoredEvent};
+use baton_domain::settings::TenantSettings;
+use baton_domain::tool::{McpServer, Tool};
+
+use crate::error::ExecutorResult;
+
+/// A flow with the environments it is active in.
+#[derive(Debug, Clone)]
+pub struct FoundFlow {
+    pub flow: Flow,
+    /// Environments by first activation, oldest first (the default is the first).
+    pub environments: Vec<String>,
+}
+
+/// The definitions a run reads: flows, versions, tools, settings, routing rules, cancellation.
+#[async_trait]
+pub trait FlowStore: Send + Sync {
+    /// A flow by id or slug.
+    async fn flow(&self, tenant: &TenantId, id_or_slug: &str) -> ExecutorResult<FoundFlow>;
+    async fn version(
+        &self,
+        tenant: &TenantId,
+        flow_id: &str,
+        version_id: &str,
+    ) -> ExecutorResult<Version>;
+    /// The tools of `ids` that exist, in the order of `ids`.
+    async fn tools(&self, tenant: &TenantId, ids: &[String]) -> ExecutorResult<Vec<Tool>>;
+    async fn mcp_server(&self, tenant: &TenantId, id: &str) -> ExecutorResult<McpServer>;
+    /// Whether a cancel was requested for any of `run_ids` (a run and its ancestors).
+    async fn cancel_requested(&self, tenant: &TenantId, run_ids: &[String])
+    -> ExecutorResult<bool>;
+    async fn tenant_settings(&self, tenant: &TenantId) -> ExecutorResult<TenantSettings>;
+    async fn routing_rules(&self, tenant: &TenantId) -> ExecutorResult<Vec<RoutingRule>>;
+
+    /// The tenant's budgets. A store without budgets has none.
+    async fn budgets(&self, _tenant: &TenantId) -> ExecutorResult<Vec<Budget>> {
+        Ok(Vec::new())
+    }
+
+    /// Holds `hold.credits` against the budget's period if its spend plus holds is still under
+    /// its limit, in one atomic step; returns whether the hold was taken.
+    async fn hold_budget(
+        &self,
+        _tenant: &TenantId,
+        _budget: &Budget,
+        _hold: &BudgetHold,
+    ) -> ExecutorResult<bool> {
+        Ok(true)
+    }
+
+    /// Gives holds back (a request that stopped before it was logged).
+    async fn release_budget_holds(
+        &self,
+        _tenant: &TenantId,
+        _holds: &[BudgetHold],
+    ) -> ExecutorResult<()> {
+        Ok(())
+    }
+}
+
+/// One entry of the invocation log.
+#[derive(Debug, Clone)]
+pub enum RunItem {
+    /// A run, pending (so it can be found and cancelled while it runs) or finished; a later
+    /// write of the same id replaces it.
+    Run(Box<RunRecord>),
+    /// Lifecycle events of a run.
+    Events(TenantId, Vec<StoredEvent>),
+}
+
+/// Where finished runs go. Implementations queue (the request path never writes the log
+/// itself) and may wait for room: back-pressure, never loss.
+#[async_trait]
+pub trait RunSink: Send + Sync {
+    async fn queue(&self, item: RunItem) -> ExecutorResult<()>;
+}

@@ -1,0 +1,246 @@
+//! The events of a request made of one streamed model call (DESIGN.md "Streams"): SPEC.md
+//! envelopes (`requestStarted`, `agentInferenceStarted`, `contentDelta`,
+//! `agentInferenceCompleted`, `usageUpdate`, `heartbeat`, `requestCompleted`, `error`,
+//! `requestFailed`) as the deltas arrive. Dropping the stream (the client left) cancels the
+//! provider call; what it produced is still logged and billed.
+
+use std::time::Instant;
+
+use baton_domain::chat::{InferenceResponse, ResponseAccumulator, StreamDelta, Usage};
+use baton_domain::credits::Credits;
+use baton_providers::DeltaStream;
+use baton_providers::structured::OutputSchema;
+use futures::{Stream, StreamExt};
+use serde_json::{Value, json};
+use tokio::time::{Interval, interval_at};
+
+use crate::cache::CacheFill;
+use crate::error::ExecutorError;
+use crate::events::{CallInfo, EventLog, EventOptions, request_completed};
+use crate::runlog::{Pricing, RunLog};
+
+/// A streamed answer is checked against the requested schema once complete. The text is already
+/// with the client, so there is no retry: the client is told, and the run records it.
+pub fn structured_output_problem(
+    schema: Option<&OutputSchema>,
+    response: &InferenceResponse,
+) -> Option<ExecutorError> {
+    let schema = schema.filter(|_| response.tool_calls.is_empty())?;
+    schema.check(&response.text).err().map(|problem| {
+        ExecutorError::StructuredOutputInvalid(format!(
+            "the streamed answer does not follow the response schema: {problem}"
+        ))
+    })
+}
+
+enum Phase {
+    Start,
+    Relay,
+    Done,
+}
+
+/// What a stream does when it ends well: check the schema, fill the cache.
+pub struct StreamEnd {
+    pub fill: Option<CacheFill>,
+    pub schema: Option<OutputSchema>,
+}
+
+pub struct EventStream {
+    upstream: DeltaStream,
+    events: EventLog,
+    options: EventOptions,
+    accumulator: ResponseAccumulator,
+    log: Option<RunLog>,
+    pricing: Pricing,
+    call: CallInfo,
+    inference_started: Instant,
+    usage_tick: Interval,
+    heartbeat_tick: Interval,
+    phase: Phase,
+    /// Where a complete answer is cached.
+    fill: Option<CacheFill>,
+    /// The requested response schema, checked when the stream ends.
+    schema: Option<OutputSchema>,
+}
+
+impl EventStream {
+    pub fn new(
+        upstream: DeltaStream,
+        events: EventLog,
+        options: EventOptions,
+        log: RunLog,
+        pricing: Pricing,
+        call: CallInfo,
+        end: StreamEnd,
+    ) -> Self {
+        let now = tokio::time::Instant::now();
+        Self {
+            usage_tick: interval_at(now + options.usage_interval, options.usage_interval),
+            heartbeat_tick: interval_at(
+                now + options.heartbeat_interval,
+                options.heartbeat_interval,
+            ),
+            upstream,
+            events,
+            options,
+            accumulator: ResponseAccumulator::new(call.model.clone()),
+            log: Some(log),
+            pricing,
+            inference_started: Instant::now(),
+            call,
+            phase: Phase::Start,
+            fill: end.fill,
+            schema: end.schema,
+        }
+    }
+
+    fn cost(&self, usage: &Usage) -> Credits {
+        self.pricing
+            .cost(
+                &self.call.provider_key,
+                &self.call.model,
+                &self.call.model,
+                usage,
+            )
+            .billed
+    }
+
+    /// Emits an event; returns its envelope if the client's filter lets it through.
+    fn emit(&mut self, event_type: &str, data: Value) -> Option<Value> {
+        let envelope = self.events.emit(event_type, data);
+        self.options.filter.allows(event_type).then_some(envelope)
+    }
+
+    fn usage_update(&mut self) -> Option<Value> {
+        let usage = self.accumulator.usage();
+        let credits = self.cost(&usage);
+        let data = json!({
+            "cumulativeCreditsUsed": credits.0, "cumulativeCostUsd": credits.to_usd(),
+            "cumulativeTokensIn": usage.tokens_in, "cumulativeTokensOut": usage.tokens_out,
+            "activeAgents": if matches!(self.phase, Phase::Done) { 0 } else { 1 },
+            "completedAgents": if matches!(self.phase, Phase::Done) { 1 } else { 0 },
+            "elapsedMs": self.events.elapsed_ms(),
+        });
+        self.emit("usageUpdate", data)
+    }
+
+    fn inference_completed(&mut self) -> Option<Value> {
+        let response = self.accumulator.snapshot();
+        let credits = self.cost(&response.usage);
+        let duration_ms =
+            u64::try_from(self.inference_started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let data = self
+            .call
+            .inference_completed(&response, credits, duration_ms);
+        self.emit("agentInferenceCompleted", data)
+    }
+
+    fn request_completed(&mut self) -> Option<Value> {
+        let response = self.accumulator.snapshot();
+        let credits = self.cost(&response.usage);
+        let data = request_completed(&response, credits, self.events.elapsed_ms());
+        self.emit("requestCompleted", data)
+    }
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        if let Some(mut log) = self.log.take() {
+            // The client left: the provider call is cancelled with `upstream`; what it produced
+            // is still logged and billed.
+            let partial = self.accumulator.snapshot();
+            log.finish_partial(
+                &self.call.provider_key,
+                &self.call.model,
+                &partial,
+                "CLIENT_DISCONNECTED",
+                "the client closed the stream",
+            );
+            log.attach_events(self.events.take_stored());
+            log.flush_in_background();
+        }
+    }
+}
+
+/// The envelopes of the stream, as the client's filter lets them through; the caller ends the
+/// stream (SSE: `[DONE]`).
+pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
+    futures::stream::unfold(state, |mut s| async move {
+        let mut batch: Vec<Option<Value>> = Vec::new();
+        match s.phase {
+            Phase::Start => {
+                s.phase = Phase::Relay;
+                let (started, inference) = (s.call.request_started(), s.call.inference_started());
+                batch.push(s.emit("requestStarted", started));
+                batch.push(s.emit("agentInferenceStarted", inference));
+            }
+            Phase::Relay => {
+                tokio::select! {
+                    item = s.upstream.next() => match item {
+                        Some(Ok(delta)) => {
+                            s.accumulator.push(&delta);
+                            if let StreamDelta::Text(text) = &delta {
+                                batch.push(s.emit("contentDelta", json!({"text": text})));
+                            }
+                        }
+                        Some(Err(err)) => {
+                            let error = ExecutorError::from(err);
+                            batch.push(s.emit("error", json!({"code": error.code(), "message": error.to_string(),
+                                                              "agentRole": Value::Null, "recoverable": false})));
+                            let partial = s.accumulator.snapshot();
+                            let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
+                            s.phase = Phase::Done;
+                            if produced {
+                                batch.push(s.request_completed());
+                            } else {
+                                batch.push(s.emit("requestFailed", json!({"code": error.code(), "message": error.to_string()})));
+                            }
+                            if let Some(mut log) = s.log.take() {
+                                log.finish_partial(&s.call.provider_key, &s.call.model, &partial, error.code(), &error.to_string());
+                                log.attach_events(s.events.take_stored());
+                                log.flush().await;
+                            }
+                        }
+                        None => {
+                            let response = s.accumulator.snapshot();
+                            let invalid = structured_output_problem(s.schema.as_ref(), &response);
+                            if let Some(error) = &invalid {
+                                batch.push(s.emit("error", json!({"code": error.code(), "message": error.to_string(),
+                                                                  "agentRole": Value::Null, "recoverable": false})));
+                            }
+                            batch.push(s.inference_completed());
+                            s.phase = Phase::Done;
+                            if s.options.include_usage {
+                                batch.push(s.usage_update());
+                            }
+                            batch.push(s.request_completed());
+                            if let Some(mut log) = s.log.take() {
+                                log.attach_events(s.events.take_stored());
+                                match invalid {
+                                    None => {
+                                        log.succeed(&s.call.provider_key, &s.call.model, &response).await;
+                                        if let Some(fill) = s.fill.take() {
+                                            fill.fill(response).await;
+                                        }
+                                    }
+                                    Some(error) => {
+                                        log.finish_partial(&s.call.provider_key, &s.call.model, &response, error.code(), &error.to_string());
+                                        log.flush().await;
+                                    }
+                                }
+                            }
+                        }
+                    },
+                    _ = s.usage_tick.tick(), if s.options.include_usage => batch.push(s.usage_update()),
+                    _ = s.heartbeat_tick.tick() => {
+                        let data = json!({"elapsedMs": s.events.elapsed_ms(), "eventCount": s.events.count()});
+                        batch.push(s.emit("heartbeat", data));
+                    }
+                }
+            }
+            Phase::Done => return None,
+        }
+        Some((futures::stream::iter(batch.into_iter().flatten()), s))
+    })
+    .flatten()
+}

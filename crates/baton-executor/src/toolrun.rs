@@ -1,0 +1,774 @@
+//! A flow run whose template has tools: the executor's loop (`baton_executor`) with the model
+//! calls going through the gateway (routing, logging, pricing per call) and every step reported
+//! as events, stored with the run and, for a stream, sent as they happen.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use async_trait::async_trait;
+use baton_domain::TenantId;
+use baton_domain::chat::{InferenceRequest, InferenceResponse, ToolCall, Usage};
+use baton_domain::origin::CallbackOrigin;
+use baton_domain::run::{RunWarning, ToolCallRecord};
+use baton_domain::tool::McpServer;
+use baton_ledger::Cost;
+use baton_providers::routing::ChainModel;
+use baton_providers::structured::OutputSchema;
+use baton_tools::external::CallContext;
+use serde_json::{Map, Value, json};
+use std::sync::atomic::AtomicI64;
+use tokio::sync::mpsc;
+use url::Url;
+
+use crate::context::{AgentContext, StateScope};
+use crate::dispatch::{Dispatcher, McpDirectory};
+use crate::engine::Engine;
+use crate::error::{ExecutorError, ExecutorResult};
+use crate::events::{EventFilter, EventLog, EventOptions};
+use crate::gateway::{CallPlan, answer};
+use crate::runlog::{Pricing, RunLog};
+use crate::tool_loop::{LoopFailure, ModelTurns, ToolEvents};
+use crate::toolset::ToolSet;
+
+/// Characters of a tool result shown in `resultPreview`.
+const PREVIEW_CHARS: usize = 200;
+
+/// What the caller sent for caller-hosted tools (SPEC.md "Custom request headers").
+#[derive(Clone, Default)]
+pub struct Callback {
+    pub url: Option<Url>,
+    /// Held for the run only: never stored, never logged.
+    pub token: Option<String>,
+    /// The URL came from the deprecated `X-Baton-Debug-Url`.
+    pub from_debug_header: bool,
+}
+
+impl std::fmt::Debug for Callback {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Callback")
+            .field("url", &self.url.as_ref().map(Url::as_str))
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("from_debug_header", &self.from_debug_header)
+            .finish()
+    }
+}
+
+impl Callback {
+    /// The callback of a request: `X-Baton-Callback-Url` (else the deprecated
+    /// `X-Baton-Debug-Url`) and `X-Baton-Callback-Token`, as trimmed text. The URL must be an
+    /// absolute http(s) URL; an error names the header it came from.
+    pub fn from_values(
+        callback_url: Option<String>,
+        debug_url: Option<String>,
+        token: Option<String>,
+    ) -> ExecutorResult<Callback> {
+        let (raw, param, from_debug_header) = match (callback_url, debug_url) {
+            (Some(url), _) => (Some(url), "X-Baton-Callback-Url", false),
+            (None, Some(url)) => (Some(url), "X-Baton-Debug-Url", true),
+            (None, None) => (None, "X-Baton-Callback-Url", false),
+        };
+        let url = raw
+            .filter(|u| !u.is_empty())
+            .map(|raw| {
+                Url::parse(&raw)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                    .ok_or_else(|| {
+                        ExecutorError::validation(
+                            param,
+                            format!("{param} must be an absolute http(s) URL"),
+                        )
+                    })
+            })
+            .transpose()?;
+        Ok(Callback {
+            url,
+            token: token.filter(|t| !t.is_empty()),
+            from_debug_header,
+        })
+    }
+
+    /// `scheme://host[:port]`, what the log keeps of the callback URL.
+    pub fn origin(&self) -> Option<String> {
+        self.url.as_ref().map(|u| u.origin().ascii_serialization())
+    }
+}
+
+/// The tenant's MCP servers, read when a call needs one.
+struct TenantMcp {
+    engine: Engine,
+    tenant: TenantId,
+}
+
+#[async_trait]
+impl McpDirectory for TenantMcp {
+    async fn server(&self, id: &str) -> Option<McpServer> {
+        self.engine.flows().mcp_server(&self.tenant, id).await.ok()
+    }
+}
+
+/// The run's events: kept for the log, and sent live to a stream when there is one.
+struct RunEvents {
+    log: EventLog,
+    live: Option<mpsc::UnboundedSender<Value>>,
+    /// Which types the live stream wants (stored events are all kept).
+    filter: EventFilter,
+    include_tool_results: bool,
+    include_agent_results: bool,
+    /// Agents of the tree running now and finished (`usageUpdate`).
+    active_agents: u32,
+    completed_agents: u32,
+}
+
+/// The events of a whole agent tree (one log, one stream), as seen by one agent: its envelopes
+/// carry its `agentPath` and `depth`.
+#[derive(Clone)]
+pub struct SharedEvents {
+    inner: Arc<Mutex<RunEvents>>,
+    path: Arc<Vec<String>>,
+    depth: u32,
+}
+
+impl SharedEvents {
+    pub fn new(
+        request_id: String,
+        live: Option<mpsc::UnboundedSender<Value>>,
+        options: Option<EventOptions>,
+    ) -> SharedEvents {
+        let (filter, include_tool_results, include_agent_results) = match options {
+            Some(o) => (o.filter, o.include_tool_results, o.include_agent_results),
+            None => (EventFilter::default(), false, false),
+        };
+        SharedEvents {
+            inner: Arc::new(Mutex::new(RunEvents {
+                log: EventLog::new(request_id),
+                live,
+                filter,
+                include_tool_results,
+                include_agent_results,
+                active_agents: 1,
+                completed_agents: 0,
+            })),
+            path: Arc::new(Vec::new()),
+            depth: 0,
+        }
+    }
+
+    /// The same tree, as seen by a sub-agent in role `role`.
+    pub fn child(&self, role: &str) -> SharedEvents {
+        let mut path = self.path.as_ref().clone();
+        path.push(role.to_string());
+        SharedEvents {
+            inner: self.inner.clone(),
+            path: Arc::new(path),
+            depth: self.depth + 1,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, RunEvents> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn emit(&self, event_type: &str, data: Value) {
+        let mut events = self.lock();
+        let envelope = events.log.emit_in(event_type, data, &self.path, self.depth);
+        if let Some(live) = &events.live
+            && events.filter.allows(event_type)
+        {
+            // A gone client must not stop the run: it is finished and logged anyway.
+            let _ = live.send(envelope);
+        }
+    }
+
+    pub fn elapsed_ms(&self) -> u64 {
+        self.lock().log.elapsed_ms()
+    }
+
+    pub fn take_stored(&self) -> Vec<baton_domain::run::StoredEvent> {
+        self.lock().log.take_stored()
+    }
+
+    pub fn include_tool_results(&self) -> bool {
+        self.lock().include_tool_results
+    }
+
+    pub fn include_agent_results(&self) -> bool {
+        self.lock().include_agent_results
+    }
+
+    /// A sub-agent started (`true`) or finished (`false`).
+    pub fn agent_running(&self, started: bool) {
+        let mut events = self.lock();
+        if started {
+            events.active_agents += 1;
+        } else {
+            events.active_agents = events.active_agents.saturating_sub(1);
+            events.completed_agents += 1;
+        }
+    }
+
+    /// `(activeAgents, completedAgents)` of the tree.
+    pub fn agent_counts(&self) -> (u32, u32) {
+        let events = self.lock();
+        (events.active_agents, events.completed_agents)
+    }
+
+    /// Ends the live stream (the sender is dropped).
+    pub fn close(&self) {
+        self.lock().live = None;
+    }
+}
+
+/// The start of a result or answer, for `resultPreview`.
+pub fn preview(text: &str) -> String {
+    match text.char_indices().nth(PREVIEW_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+impl ToolEvents for SharedEvents {
+    fn tool_started(
+        &mut self,
+        call: &ToolCall,
+        arguments: &Map<String, Value>,
+        record: &ToolCallRecord,
+    ) {
+        self.emit(
+            "toolStarted",
+            json!({"toolName": call.name, "toolType": record.tool_type, "callId": call.id,
+                   "arguments": arguments, "targetUrl": record.target_url,
+                   "originSource": record.origin_source}),
+        );
+    }
+
+    fn tool_finished(&mut self, record: &ToolCallRecord, output: &str) {
+        let event = if record.status == "succeeded" {
+            "toolCompleted"
+        } else {
+            "toolFailed"
+        };
+        let mut data = json!({"toolName": record.tool_name, "toolType": record.tool_type,
+                   "callId": record.call_id, "durationMs": record.duration_ms,
+                   "status": record.status, "resultPreview": preview(output),
+                   "resultSize": output.len(), "targetUrl": record.target_url,
+                   "originSource": record.origin_source});
+        if let Some(child) = &record.child_request_id {
+            data["childRequestId"] = json!(child);
+            data["childCreditsUsed"] = json!(record.child_credits_used.unwrap_or(0));
+        }
+        if self.include_tool_results() {
+            data["result"] = json!(output);
+        }
+        self.emit(event, data);
+    }
+}
+
+/// Model calls of the loop: each through the gateway, priced by the model that served it.
+struct GatewayTurns<'a> {
+    engine: &'a Engine,
+    tenant: &'a TenantId,
+    plan: &'a CallPlan,
+    schema: Option<&'a OutputSchema>,
+    log: &'a mut RunLog,
+    pricing: &'a Pricing,
+    events: SharedEvents,
+    tool_count: usize,
+    cost: Cost,
+    usage: Usage,
+    served: Option<ChainModel>,
+    failed_model: Option<ChainModel>,
+    /// The tree's spend and ceiling.
+    spent: Arc<AtomicI64>,
+    budget: Option<i64>,
+    /// This run and its ancestors, whose cancel requests stop it.
+    run_chain: &'a [String],
+}
+
+impl GatewayTurns<'_> {
+    /// A cancel request stored for this run or an ancestor (by any instance) stops it here.
+    async fn check_cancelled(&self) -> ExecutorResult<()> {
+        match self
+            .engine
+            .flows()
+            .cancel_requested(self.tenant, self.run_chain)
+            .await
+        {
+            Ok(true) => Err(ExecutorError::Cancelled),
+            Ok(false) => Ok(()),
+            Err(error) => {
+                // The database is briefly unreachable: carry on rather than fail the run.
+                tracing::warn!(%error, "could not check for a cancel request");
+                Ok(())
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl ModelTurns for GatewayTurns<'_> {
+    type Error = ExecutorError;
+
+    async fn proceed(&mut self) -> ExecutorResult<()> {
+        self.check_cancelled().await
+    }
+
+    async fn call(&mut self, request: &mut InferenceRequest) -> ExecutorResult<InferenceResponse> {
+        self.check_cancelled().await?;
+        // The ceiling is checked before every model call of the tree.
+        if let Some(budget) = self.budget
+            && self.spent.load(std::sync::atomic::Ordering::Relaxed) >= budget
+        {
+            return Err(ExecutorError::CostLimitExceeded { budget });
+        }
+        let inference_id = uuid::Uuid::now_v7().to_string();
+        let planned = self.plan.chain.primary();
+        self.events.emit(
+            "agentInferenceStarted",
+            json!({"inferenceRequestId": inference_id,
+                   "model": planned.map(|m| m.model.as_str()), "provider": planned.map(|m| m.provider.as_str()),
+                   "messageCount": request.messages.len(), "hasTools": self.tool_count > 0,
+                   "toolCount": self.tool_count}),
+        );
+        let started = Instant::now();
+        match answer(
+            self.engine,
+            self.tenant,
+            self.plan,
+            request,
+            self.schema,
+            self.log,
+        )
+        .await
+        {
+            Ok(answer) => {
+                let response = answer.value;
+                let served = if response.model.is_empty() {
+                    answer.model.model.as_str()
+                } else {
+                    response.model.as_str()
+                };
+                let cost = self.pricing.cost(
+                    &answer.model.provider,
+                    served,
+                    &answer.model.model,
+                    &response.usage,
+                );
+                self.cost = self.cost.plus(cost);
+                self.spent
+                    .fetch_add(cost.billed.0, std::sync::atomic::Ordering::Relaxed);
+                self.usage.add(response.usage);
+                self.events.emit(
+                    "agentInferenceCompleted",
+                    json!({"inferenceRequestId": inference_id, "model": answer.model.model,
+                           "provider": answer.model.provider,
+                           "durationMs": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                           "usage": {"tokensIn": response.usage.tokens_in, "tokensOut": response.usage.tokens_out,
+                                     "reasoningTokens": response.usage.reasoning_tokens,
+                                     "costCredits": cost.billed.0, "costUsd": cost.billed.to_usd()},
+                           "finishReason": response.finish_reason.as_openai(),
+                           "toolCallCount": response.tool_calls.len(),
+                           "wasCached": false, "wasFallback": answer.fallback_used}),
+                );
+                let (active, completed) = self.events.agent_counts();
+                self.events.emit(
+                    "usageUpdate",
+                    json!({"cumulativeCreditsUsed": self.cost.billed.0,
+                           "cumulativeCostUsd": self.cost.billed.to_usd(),
+                           "cumulativeTokensIn": self.usage.tokens_in,
+                           "cumulativeTokensOut": self.usage.tokens_out,
+                           "activeAgents": active, "completedAgents": completed,
+                           "elapsedMs": self.events.elapsed_ms()}),
+                );
+                self.served = Some(answer.model);
+                Ok(response)
+            }
+            Err(failure) => {
+                if let Some(model) = &failure.model {
+                    let cost = self.pricing.cost(
+                        &model.provider,
+                        &model.model,
+                        &model.model,
+                        &failure.spent,
+                    );
+                    self.cost = self.cost.plus(cost);
+                    self.spent
+                        .fetch_add(cost.billed.0, std::sync::atomic::Ordering::Relaxed);
+                }
+                self.usage.add(failure.spent);
+                self.failed_model = failure.model;
+                Err(failure.error)
+            }
+        }
+    }
+}
+
+/// What a flow run with tools needs, owned so a stream can run it on its own task.
+pub struct ToolRunInput {
+    pub engine: Engine,
+    pub tenant: TenantId,
+    pub plan: CallPlan,
+    pub request: InferenceRequest,
+    pub schema: Option<OutputSchema>,
+    pub log: RunLog,
+    pub pricing: Pricing,
+    pub tools: ToolSet,
+    pub max_iterations: u32,
+    pub environment: String,
+    pub parameters: std::collections::HashMap<String, String>,
+    pub callback: Callback,
+    pub callback_origins: Vec<CallbackOrigin>,
+    pub events: SharedEvents,
+    /// Credits spent before the loop (the Route classifier), part of the request's total.
+    pub earlier_credits: i64,
+    pub flow_name: String,
+    /// Where this run sits in its agent tree.
+    pub scope: AgentScope,
+}
+
+/// A run's place in its agent tree.
+#[derive(Clone)]
+pub struct AgentScope {
+    pub root_id: String,
+    /// This run's request id (the parent of the sub-agents it starts).
+    pub run_id: String,
+    pub depth: u32,
+    /// Flow ids from the root to this run: a sub-agent may not run one of them again.
+    pub ancestors: Vec<String>,
+    /// The request's own depth limit (it wins over the tool's and the tenant's).
+    pub max_depth: Option<u32>,
+    /// Inherited by sub-agents.
+    pub tags: Vec<String>,
+    pub customer: Option<String>,
+    /// The deepest depth any agent of the tree reached (shared by the whole tree).
+    pub deepest: Arc<std::sync::atomic::AtomicU32>,
+    /// Sub-agents started anywhere in the tree (shared by the whole tree).
+    pub spawns: Arc<std::sync::atomic::AtomicU32>,
+    /// Agent roles from the root to this run.
+    pub agent_path: Vec<String>,
+    /// Request ids from the root to this run: a cancel of any of them stops this run.
+    pub run_chain: Vec<String>,
+    /// This agent's state frame (context tools).
+    pub state: StateScope,
+    /// The root request's user messages (`get_original_input`).
+    pub original_input: Arc<Vec<String>>,
+    /// Credits the whole tree has spent (shared by the whole tree).
+    pub spent: Arc<AtomicI64>,
+    /// The request's cost ceiling across the tree, in credits.
+    pub budget: Option<i64>,
+}
+
+impl AgentScope {
+    /// The scope of a root request.
+    pub fn root(
+        run_id: &str,
+        flow_id: &str,
+        max_depth: Option<u32>,
+        tags: Vec<String>,
+        customer: Option<String>,
+        original_input: Vec<String>,
+        budget: Option<i64>,
+    ) -> AgentScope {
+        AgentScope {
+            agent_path: Vec::new(),
+            run_chain: vec![run_id.to_string()],
+            state: StateScope::default(),
+            original_input: Arc::new(original_input),
+            spent: Arc::new(AtomicI64::new(0)),
+            budget,
+            root_id: run_id.to_string(),
+            run_id: run_id.to_string(),
+            depth: 0,
+            ancestors: vec![flow_id.to_string()],
+            max_depth,
+            tags,
+            customer,
+            deepest: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            spawns: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+        }
+    }
+}
+
+/// A finished tool run, for the flow run response.
+pub struct ToolRunResult {
+    pub response: InferenceResponse,
+    pub served: ChainModel,
+    pub fallback_used: bool,
+    pub cost: Cost,
+    pub tool_calls: Vec<ToolCallRecord>,
+    pub warnings: Vec<RunWarning>,
+    /// This run's cost plus every sub-agent's subtree, in credits.
+    pub tree_credits: i64,
+    pub inferences: u32,
+}
+
+/// Runs the loop, logs the run (with its tool calls and events) and emits the closing events.
+pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
+    let ToolRunInput {
+        engine,
+        tenant,
+        plan,
+        mut request,
+        schema,
+        mut log,
+        pricing,
+        tools,
+        max_iterations,
+        environment,
+        parameters,
+        callback,
+        callback_origins,
+        events,
+        earlier_credits,
+        flow_name,
+        scope,
+    } = input;
+    // Findable (and cancellable) while it runs.
+    log.queue_pending().await;
+    // A sub-agent's start and end are `agentStarted`/`agentCompleted`, sent by its parent.
+    let is_root = scope.depth == 0;
+    if is_root {
+        events.emit(
+            "requestStarted",
+            json!({"flowName": flow_name, "contextId": Value::Null, "model": plan.chain.requested,
+                   "hasTools": !tools.is_empty(),
+                   "toolCount": tools.definitions().len() + tools.vendor_tools().len()}),
+        );
+    }
+    // Sub-agents answer the context tools (the root has none).
+    let agent_context = (!is_root).then(|| AgentContext {
+        depth: scope.depth,
+        agent_path: scope.agent_path.clone(),
+        original_input: scope.original_input.clone(),
+        state: scope.state.clone(),
+        spent: scope.spent.clone(),
+        budget: scope.budget,
+    });
+    let agents = crate::agents::TreeRunner {
+        engine: engine.clone(),
+        tenant: tenant.clone(),
+        scope: scope.clone(),
+        environment: environment.clone(),
+        callback: callback.clone(),
+        events: events.clone(),
+    };
+    let mcp = TenantMcp {
+        engine: engine.clone(),
+        tenant: tenant.clone(),
+    };
+    let dispatcher = Dispatcher {
+        client: engine.outbound(),
+        context: CallContext {
+            environment: Some(environment.as_str()),
+            parameters: &parameters,
+            callback_url: callback.url.as_ref(),
+            callback_token: callback.token.as_deref(),
+            callback_origins: &callback_origins,
+        },
+        mcp: &mcp,
+        agents: Some(&agents),
+        agent_context: agent_context.as_ref(),
+        timeout: engine.config().tool_call_timeout,
+    };
+    let mut observer = events.clone();
+    let mut turns = GatewayTurns {
+        engine: &engine,
+        tenant: &tenant,
+        plan: &plan,
+        schema: schema.as_ref(),
+        log: &mut log,
+        pricing: &pricing,
+        events: events.clone(),
+        tool_count: tools.definitions().len(),
+        cost: Cost::default(),
+        usage: Usage::default(),
+        served: None,
+        failed_model: None,
+        spent: scope.spent.clone(),
+        budget: scope.budget,
+        run_chain: &scope.run_chain,
+    };
+    let outcome = crate::tool_loop::run_tool_loop(
+        &mut turns,
+        &mut request,
+        &tools,
+        &dispatcher,
+        &mut observer,
+        max_iterations,
+    )
+    .await;
+    let (cost, served) = (turns.cost, turns.served.take());
+    let failed_model = turns.failed_model.take();
+    let fallback_used = log.record_mut().is_some_and(|r| r.fallback_used);
+    match outcome {
+        Ok(outcome) => {
+            let children: i64 = outcome
+                .tool_calls
+                .iter()
+                .filter_map(|c| c.child_credits_used)
+                .fold(0, i64::saturating_add);
+            let tree_credits = cost.billed.0.saturating_add(children);
+            if is_root {
+                let total = tree_credits.saturating_add(earlier_credits);
+                let spawns = scope.spawns.load(std::sync::atomic::Ordering::Relaxed);
+                events.emit(
+                    "requestCompleted",
+                    json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
+                           "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
+                           "totalTokensIn": outcome.response.usage.tokens_in,
+                           "totalTokensOut": outcome.response.usage.tokens_out,
+                           "totalInferenceCount": outcome.inferences,
+                           "totalToolCalls": outcome.tool_calls.len(), "totalAgentSpawns": spawns,
+                           "maxDepthReached": agents.max_depth_reached(),
+                           "result": {"textResponse": outcome.response.text}}),
+                );
+            }
+            let served = served
+                .or_else(|| plan.chain.primary().cloned())
+                .unwrap_or_else(|| ChainModel {
+                    provider: String::new(),
+                    model: String::new(),
+                });
+            if let Some(record) = log.record_mut() {
+                record.tool_calls = outcome.tool_calls.clone();
+                record.warnings.extend(outcome.warnings.iter().cloned());
+            }
+            if is_root {
+                log.attach_events(events.take_stored());
+            }
+            log.succeed_priced(&served.provider, &served.model, &outcome.response, cost)
+                .await;
+            if is_root {
+                events.close();
+            }
+            Ok(ToolRunResult {
+                response: outcome.response,
+                served,
+                fallback_used,
+                cost,
+                tool_calls: outcome.tool_calls,
+                warnings: outcome.warnings,
+                tree_credits,
+                inferences: outcome.inferences,
+            })
+        }
+        Err(LoopFailure {
+            error,
+            usage,
+            tool_calls,
+            inferences,
+            last_text,
+        }) if matches!(error, ExecutorError::Cancelled) => {
+            let warning = RunWarning {
+                code: "Cancelled".into(),
+                message: format!(
+                    "the run was cancelled after {inferences} model call(s) and {} tool call(s)",
+                    tool_calls.len()
+                ),
+                parameter: None,
+            };
+            if is_root {
+                events.emit(
+                    "error",
+                    json!({"code": "RUN_CANCELLED", "message": warning.message,
+                           "agentRole": Value::Null, "recoverable": false}),
+                );
+            }
+            if let Some(record) = log.record_mut() {
+                record.tool_calls = tool_calls.clone();
+                record.warnings.push(warning.clone());
+                record.cancelled_at = Some(baton_domain::Timestamp::now());
+            }
+            let children: i64 = tool_calls
+                .iter()
+                .filter_map(|c| c.child_credits_used)
+                .fold(0, i64::saturating_add);
+            let tree_credits = cost.billed.0.saturating_add(children);
+            if inferences == 0 {
+                if is_root {
+                    events.emit(
+                        "requestFailed",
+                        json!({"code": "RUN_CANCELLED", "message": warning.message}),
+                    );
+                    log.attach_events(events.take_stored());
+                }
+                log.fail_priced(&error, usage, cost).await;
+                if is_root {
+                    events.close();
+                }
+                return Err(error);
+            }
+            // Output so far is kept and billed: the run succeeded, with a warning.
+            let served = served
+                .or(failed_model)
+                .or_else(|| plan.chain.primary().cloned())
+                .unwrap_or_else(|| ChainModel {
+                    provider: String::new(),
+                    model: String::new(),
+                });
+            let response = InferenceResponse {
+                text: last_text,
+                usage,
+                ..InferenceResponse::default()
+            };
+            if is_root {
+                let total = tree_credits.saturating_add(earlier_credits);
+                events.emit(
+                    "requestCompleted",
+                    json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
+                           "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
+                           "totalTokensIn": usage.tokens_in, "totalTokensOut": usage.tokens_out,
+                           "totalInferenceCount": inferences, "totalToolCalls": tool_calls.len(),
+                           "totalAgentSpawns": scope.spawns.load(std::sync::atomic::Ordering::Relaxed),
+                           "maxDepthReached": agents.max_depth_reached(),
+                           "result": {"textResponse": response.text}}),
+                );
+                log.attach_events(events.take_stored());
+            }
+            log.succeed_priced(&served.provider, &served.model, &response, cost)
+                .await;
+            if is_root {
+                events.close();
+            }
+            Ok(ToolRunResult {
+                response,
+                served,
+                fallback_used,
+                cost,
+                tool_calls,
+                warnings: vec![warning],
+                tree_credits,
+                inferences,
+            })
+        }
+        Err(LoopFailure {
+            error,
+            usage,
+            tool_calls,
+            ..
+        }) => {
+            if is_root {
+                let (code, message) = (error.code(), error.to_string());
+                events.emit(
+                    "error",
+                    json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
+                );
+                events.emit("requestFailed", json!({"code": code, "message": message}));
+            }
+            if let Some(record) = log.record_mut() {
+                record.tool_calls = tool_calls;
+                if let Some(model) = &failed_model {
+                    record.provider = Some(model.provider.clone());
+                }
+            }
+            if is_root {
+                log.attach_events(events.take_stored());
+            }
+            log.fail_priced(&error, usage, cost).await;
+            if is_root {
+                events.close();
+            }
+            Err(error)
+        }
+    }
+}
