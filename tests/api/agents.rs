@@ -186,6 +186,9 @@ async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
         ),
         (&json!(1), &json!(2))
     );
+    // Cumulative figures are the tree's: the last update has all five calls.
+    assert_eq!(last["data"]["cumulativeCreditsUsed"], 5 * c);
+    assert_eq!(last["data"]["cumulativeTokensIn"], 5 * 10);
     let end = of("requestCompleted");
     assert_eq!(end[0]["data"]["totalCreditsUsed"], 5 * c);
     assert_eq!(end[0]["data"]["totalAgentSpawns"], 2);

@@ -118,6 +118,8 @@ struct RunEvents {
     /// Agents of the tree running now and finished (`usageUpdate`).
     active_agents: u32,
     completed_agents: u32,
+    /// Tokens of every model call of the tree so far (`usageUpdate`).
+    tree_tokens: (u64, u64),
 }
 
 /// The events of a whole agent tree (one log, one stream), as seen by one agent: its envelopes
@@ -148,6 +150,7 @@ impl SharedEvents {
                 include_agent_results,
                 active_agents: 1,
                 completed_agents: 0,
+                tree_tokens: (0, 0),
             })),
             path: Arc::new(Vec::new()),
             depth: 0,
@@ -208,6 +211,17 @@ impl SharedEvents {
     }
 
     /// `(activeAgents, completedAgents)` of the tree.
+    /// Adds a model call's tokens to the tree's; returns the tree's `(in, out)` so far.
+    pub fn add_tree_tokens(&self, tokens_in: u64, tokens_out: u64) -> (u64, u64) {
+        let mut events = self.lock();
+        let (total_in, total_out) = events.tree_tokens;
+        events.tree_tokens = (
+            total_in.saturating_add(tokens_in),
+            total_out.saturating_add(tokens_out),
+        );
+        events.tree_tokens
+    }
+
     pub fn agent_counts(&self) -> (u32, u32) {
         let events = self.lock();
         (events.active_agents, events.completed_agents)
@@ -370,13 +384,18 @@ impl ModelTurns for GatewayTurns<'_> {
                            "toolCallCount": response.tool_calls.len(),
                            "wasCached": false, "wasFallback": answer.fallback_used}),
                 );
+                // Cumulative across the whole tree, like the agent counts beside them.
                 let (active, completed) = self.events.agent_counts();
+                let (tokens_in, tokens_out) = self
+                    .events
+                    .add_tree_tokens(response.usage.tokens_in, response.usage.tokens_out);
+                let tree_credits = self.spent.load(std::sync::atomic::Ordering::Relaxed);
                 self.events.emit(
                     "usageUpdate",
-                    json!({"cumulativeCreditsUsed": self.cost.billed.0,
-                           "cumulativeCostUsd": self.cost.billed.to_usd(),
-                           "cumulativeTokensIn": self.usage.tokens_in,
-                           "cumulativeTokensOut": self.usage.tokens_out,
+                    json!({"cumulativeCreditsUsed": tree_credits,
+                           "cumulativeCostUsd": baton_domain::credits::Credits(tree_credits).to_usd(),
+                           "cumulativeTokensIn": tokens_in,
+                           "cumulativeTokensOut": tokens_out,
                            "activeAgents": active, "completedAgents": completed,
                            "elapsedMs": self.events.elapsed_ms()}),
                 );
