@@ -868,3 +868,154 @@ async fn another_tenants_runs_are_not_found_and_never_listed() {
         .json();
     assert_eq!(page["items"], json!([]));
 }
+
+/// The capture layer of `baton_server::telemetry`, installed once for the test process.
+fn capture_log_lines() {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let capture = baton_api::capture::CaptureLayer;
+        let _ = tracing_subscriber::registry()
+            .with(capture.with_filter(baton_api::capture::CaptureLayer::filter()))
+            .try_init();
+    });
+}
+
+async fn chat_with_level(app: &TestApp, level: Option<&str>) -> crate::helpers::Response {
+    let mut body = json!({"model": "openai/gpt-4o-mini",
+                          "messages": [{"role": "user", "content": "hi"}]});
+    if let Some(level) = level {
+        body["x_log_level"] = json!(level);
+    }
+    crate::helpers::send(
+        app.client
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth(&app.default_tenant.api_key)
+            .json(&body),
+    )
+    .await
+}
+
+/// The run's kept log lines; when `expect_some`, waits for them (they are queued right after the
+/// run row, possibly into the writer's next batch).
+async fn entries_of(
+    app: &TestApp,
+    response: &crate::helpers::Response,
+    expect_some: bool,
+) -> Vec<Value> {
+    assert_eq!(response.status, 200, "{}", response.text);
+    let id = response.headers["x-request-id"].to_str().unwrap();
+    crate::chat::wait_for_run(app, id).await;
+    let mut lines = Vec::new();
+    for _ in 0..100 {
+        let read = app
+            .get(
+                &format!("/api/v1/llm-logs/{id}/log-entries"),
+                &app.default_tenant.api_key,
+            )
+            .await;
+        assert_eq!(read.status, 200, "{}", read.text);
+        lines = read.json().as_array().unwrap().clone();
+        if !expect_some || !lines.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    lines
+}
+
+#[tokio::test]
+async fn requests_with_a_log_level_keep_their_internal_log_lines() {
+    capture_log_lines();
+    let (app, _mock) = crate::chat::app_with_mock().await;
+
+    // Above the lines' level, and without a level: nothing is kept. They are sent first: the
+    // writer is a queue, so once the debug run's lines are in, theirs would be too.
+    let error_level = chat_with_level(&app, Some("Error")).await;
+    let no_level = chat_with_level(&app, None).await;
+    let debug = chat_with_level(&app, Some("Debug")).await;
+    let lines = entries_of(&app, &debug, true).await;
+    let answered = lines
+        .iter()
+        .find(|l| l["message"] == "model chain answered")
+        .unwrap_or_else(|| panic!("no routing line in {lines:?}"));
+    assert_eq!(answered["level"], "debug");
+    assert_eq!(answered["fields"]["attempts"], 1);
+    assert_eq!(answered["fields"]["served"], "gpt-4o-mini");
+    assert!(
+        answered["target"]
+            .as_str()
+            .unwrap()
+            .starts_with("baton_executor")
+    );
+    assert!(entries_of(&app, &error_level, false).await.is_empty());
+    assert!(entries_of(&app, &no_level, false).await.is_empty());
+
+    let bad = chat_with_level(&app, Some("loud")).await;
+    bad.error(400, "VALIDATION_ERROR");
+    assert_eq!(bad.json()["error"]["param"], "x_log_level");
+}
+
+#[tokio::test]
+async fn a_debug_flow_run_keeps_the_lines_of_its_model_and_tool_calls() {
+    capture_log_lines();
+    let s = crate::tools::setup().await;
+    let tool = s
+        .tool(json!({"name": "echo", "toolType": "External",
+                     "webUrl": format!("{}/echo", s.host.origin()),
+                     "description": "Echo"}))
+        .await;
+    let flow = empty_flow(&s, "Debugged").await;
+    finish_flow(
+        &s,
+        &flow,
+        json!({"template": "use the tool", "toolIds": [tool], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.mock
+        .push(crate::tools::calls(&[("e1", "echo", json!({"q": "x"}))]));
+    s.mock.push(baton_testkit::Reply::text("done"));
+    let run = s.run(&flow.0, json!({"isDebug": true}), &[]).await;
+    let id = run["id"].as_str().unwrap().to_string();
+    crate::chat::wait_for_run(&s.app, &id).await;
+    let mut lines = Value::Null;
+    for _ in 0..100 {
+        lines = s
+            .ok(
+                reqwest::Method::GET,
+                &format!("/api/v1/llm-logs/{id}/log-entries"),
+                None,
+            )
+            .await;
+        if lines.as_array().is_some_and(|l| !l.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let messages: Vec<&str> = lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["message"].as_str().unwrap())
+        .collect();
+    for expected in [
+        "model call",
+        "tool call",
+        "tool call finished",
+        "model answered",
+    ] {
+        assert!(
+            messages.contains(&expected),
+            "{expected} missing from {messages:?}"
+        );
+    }
+    let seqs: Vec<u64> = lines
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "in order");
+}

@@ -14,7 +14,7 @@ pub mod state;
 pub mod toolrun;
 
 // The engine lives in `baton-executor`; its modules keep their old paths here.
-pub use baton_executor::{cache, events, gateway, limits, runlog};
+pub use baton_executor::{cache, capture, events, gateway, limits, runlog};
 
 use std::future::Future;
 use std::net::SocketAddr;

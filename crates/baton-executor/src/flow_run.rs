@@ -23,6 +23,8 @@ use futures::Stream;
 use serde_json::{Map, Value, json};
 use tokio::sync::mpsc;
 
+use tracing::Instrument;
+
 use crate::engine::{CompiledVersion, Engine};
 use crate::error::{ExecutorError, ExecutorResult};
 use crate::events::{CallInfo, EventLog, EventOptions, emit_failure};
@@ -431,10 +433,14 @@ impl Engine {
                 ),
             };
             if let Some(receiver) = receiver {
-                // The run goes on to the end (and is logged) even if the consumer leaves.
-                tokio::spawn(async move {
-                    let _ = toolrun::run(input).await;
-                });
+                // The run goes on to the end (and is logged) even if the consumer leaves; in the
+                // request's span, so a debug run's log lines are still captured.
+                tokio::spawn(
+                    async move {
+                        let _ = toolrun::run(input).await;
+                    }
+                    .in_current_span(),
+                );
                 let envelopes = futures::stream::unfold(receiver, |mut receiver| async move {
                     let envelope = receiver.recv().await?;
                     Some((envelope, receiver))

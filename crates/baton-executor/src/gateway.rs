@@ -183,6 +183,7 @@ pub async fn answer(
     if let Some(slot) = &plan.cache
         && let Some(hit) = engine.inner.responses.get(slot).await
     {
+        tracing::debug!("answered from the response cache");
         log.mark_cached();
         return Ok(Answer {
             value: hit.response.clone(),
@@ -205,6 +206,12 @@ pub async fn answer(
         .await
     {
         Ok(served) => {
+            tracing::debug!(
+                served = %served.model.model,
+                attempts = served.attempts.len(),
+                fallback = served.fallback_used,
+                "model chain answered"
+            );
             log.record_routing(served.attempts, served.fallback_used);
             if let Some(slot) = &plan.cache {
                 engine
@@ -221,6 +228,11 @@ pub async fn answer(
             })
         }
         Err(mut failure) => {
+            tracing::info!(
+                attempts = failure.attempts.len(),
+                error = %failure.error,
+                "every model of the chain failed"
+            );
             log.record_routing(std::mem::take(&mut failure.attempts), false);
             Err(failure.into())
         }
@@ -239,6 +251,7 @@ pub async fn open_stream(
     if let Some(slot) = &plan.cache
         && let Some(hit) = engine.inner.responses.get(slot).await
     {
+        tracing::debug!("answered from the response cache");
         log.mark_cached();
         return Ok(Answer {
             value: replay(&hit.response),
@@ -260,6 +273,12 @@ pub async fn open_stream(
         .await
     {
         Ok(served) => {
+            tracing::debug!(
+                served = %served.model.model,
+                attempts = served.attempts.len(),
+                fallback = served.fallback_used,
+                "model chain answered"
+            );
             log.record_routing(served.attempts, served.fallback_used);
             let StreamStart { first, rest } = served.value;
             let upstream: DeltaStream = match first {
@@ -274,6 +293,11 @@ pub async fn open_stream(
             })
         }
         Err(mut failure) => {
+            tracing::info!(
+                attempts = failure.attempts.len(),
+                error = %failure.error,
+                "every model of the chain failed"
+            );
             log.record_routing(std::mem::take(&mut failure.attempts), false);
             Err(failure.into())
         }

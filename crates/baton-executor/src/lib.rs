@@ -87,6 +87,7 @@
 pub mod agents;
 pub mod budgets;
 pub mod cache;
+pub mod capture;
 pub mod context;
 pub mod critique;
 pub mod dispatch;

@@ -259,6 +259,8 @@ impl RunSink for MemoryStore {
                         .push(event);
                 }
             }
+            // Captured log lines are a database feature; the in-memory store keeps none.
+            RunItem::LogEntries(..) => {}
         }
         Ok(())
     }

@@ -17,13 +17,24 @@ use crate::storage::{RunItem, RunSink};
 
 async fn write(writer: &dyn RunSink, record: RunRecord, events: Vec<StoredEvent>) {
     let tenant = record.tenant.clone();
+    // A root run that is finished takes the log lines captured for its request.
+    let lines = if record.status != RunStatus::Pending && record.id == record.root_id {
+        crate::capture::take(&record.id)
+    } else {
+        Vec::new()
+    };
     if let Err(err) = writer.queue(RunItem::Run(Box::new(record))).await {
         tracing::error!(error = %err, "could not queue an invocation log row");
     }
-    if let Some(tenant) = tenant.filter(|_| !events.is_empty())
+    if let Some(tenant) = tenant.clone().filter(|_| !events.is_empty())
         && let Err(err) = writer.queue(RunItem::Events(tenant, events)).await
     {
         tracing::error!(error = %err, "could not queue stored events");
+    }
+    if let Some(tenant) = tenant.filter(|_| !lines.is_empty())
+        && let Err(err) = writer.queue(RunItem::LogEntries(tenant, lines)).await
+    {
+        tracing::error!(error = %err, "could not queue captured log lines");
     }
 }
 

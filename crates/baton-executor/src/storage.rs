@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use baton_domain::TenantId;
 use baton_domain::budget::{Budget, BudgetHold};
 use baton_domain::flow::{Flow, Version};
+use baton_domain::logs::RunLogEntry;
 use baton_domain::routing::RoutingRule;
 use baton_domain::run::{RunRecord, StoredEvent};
 use baton_domain::settings::TenantSettings;
@@ -75,6 +76,8 @@ pub enum RunItem {
     Run(Box<RunRecord>),
     /// Lifecycle events of a run.
     Events(TenantId, Vec<StoredEvent>),
+    /// Internal log lines of a run made for debugging (`crate::capture`).
+    LogEntries(TenantId, Vec<RunLogEntry>),
 }
 
 /// Where finished runs go. Implementations queue (the request path never writes the log

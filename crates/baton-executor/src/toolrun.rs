@@ -248,6 +248,7 @@ impl ToolEvents for SharedEvents {
         arguments: &Map<String, Value>,
         record: &ToolCallRecord,
     ) {
+        tracing::debug!(tool = %call.name, tool_type = %record.tool_type, target = ?record.target_url, "tool call");
         self.emit(
             "toolStarted",
             json!({"toolName": call.name, "toolType": record.tool_type, "callId": call.id,
@@ -257,6 +258,14 @@ impl ToolEvents for SharedEvents {
     }
 
     fn tool_finished(&mut self, record: &ToolCallRecord, output: &str) {
+        tracing::debug!(
+            tool = %record.tool_name,
+            status = %record.status,
+            duration_ms = record.duration_ms,
+            result_bytes = output.len(),
+            error = ?record.error,
+            "tool call finished"
+        );
         let event = if record.status == "succeeded" {
             "toolCompleted"
         } else {
@@ -344,6 +353,13 @@ impl ModelTurns for GatewayTurns<'_> {
                    "messageCount": request.messages.len(), "hasTools": self.tool_count > 0,
                    "toolCount": self.tool_count}),
         );
+        tracing::debug!(
+            model = %self.plan.chain.requested,
+            messages = request.messages.len(),
+            tools = self.tool_count,
+            depth = self.events.depth,
+            "model call"
+        );
         let started = Instant::now();
         match answer(
             self.engine,
@@ -399,10 +415,20 @@ impl ModelTurns for GatewayTurns<'_> {
                            "activeAgents": active, "completedAgents": completed,
                            "elapsedMs": self.events.elapsed_ms()}),
                 );
+                tracing::debug!(
+                    model = %answer.model.model,
+                    tokens_in = response.usage.tokens_in,
+                    tokens_out = response.usage.tokens_out,
+                    credits = cost.billed.0,
+                    tool_calls = response.tool_calls.len(),
+                    fallback = answer.fallback_used,
+                    "model answered"
+                );
                 self.served = Some(answer.model);
                 Ok(response)
             }
             Err(failure) => {
+                tracing::info!(code = failure.error.code(), error = %failure.error, "model call failed");
                 if let Some(model) = &failure.model {
                     let cost = self.pricing.cost(
                         &model.provider,

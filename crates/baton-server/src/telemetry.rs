@@ -1,8 +1,12 @@
 //! Logging: human-readable or JSON lines, written by a background thread so a slow terminal or
-//! pipe never stalls a request.
+//! pipe never stalls a request; and the capture of debug runs' log lines
+//! (`baton_executor::capture`), which has its own filter so other requests' debug lines stay off.
 
+use baton_api::capture::CaptureLayer;
 use tracing_appender::non_blocking::WorkerGuard;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer, fmt};
 
 use crate::config::LogFormat;
 
@@ -14,16 +18,19 @@ pub fn init(format: LogFormat) -> WorkerGuard {
         .or_else(|_| EnvFilter::try_from_default_env())
         .unwrap_or_else(|_| EnvFilter::new(DEFAULT_FILTER));
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(writer);
-    match format {
-        LogFormat::Json => builder
+    let console = match format {
+        LogFormat::Json => fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(true)
-            .init(),
-        LogFormat::Text => builder.init(),
-    }
+            .with_writer(writer)
+            .boxed(),
+        LogFormat::Text => fmt::layer().with_writer(writer).boxed(),
+    };
+    // A second init (tests) keeps the first subscriber.
+    let _ = tracing_subscriber::registry()
+        .with(console.with_filter(filter))
+        .with(CaptureLayer.with_filter(CaptureLayer::filter()))
+        .try_init();
     guard
 }

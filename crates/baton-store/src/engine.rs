@@ -94,6 +94,7 @@ impl RunSink for RunWriter {
         let item = match item {
             RunItem::Run(record) => LogItem::Run(record),
             RunItem::Events(tenant, events) => LogItem::Events(tenant, events),
+            RunItem::LogEntries(tenant, lines) => LogItem::LogEntries(tenant, lines),
         };
         Ok(self.write(item).await?)
     }

@@ -4,6 +4,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use baton_domain::chat::Usage;
+use baton_domain::logs::RunLogEntry;
 use baton_domain::run::{RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use sea_orm::sea_query::{Expr, OnConflict};
@@ -366,6 +367,8 @@ impl Store {
 pub enum LogItem {
     Run(Box<RunRecord>),
     Events(TenantId, Vec<StoredEvent>),
+    /// Internal log lines of a run made for debugging.
+    LogEntries(TenantId, Vec<RunLogEntry>),
 }
 
 enum Message {
@@ -475,44 +478,70 @@ async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: Writ
                 }
             }
         }
-        let mut records = Vec::new();
-        let mut events = Vec::new();
+        let mut batch = Batch::default();
         let mut close = None;
         for message in buffer.drain(..) {
             match message {
-                Message::Item(LogItem::Run(record)) => records.push(*record),
-                Message::Item(LogItem::Events(tenant, list)) => {
-                    events.extend(list.into_iter().map(|e| (tenant.clone(), e)))
-                }
+                Message::Item(item) => batch.add(item),
                 Message::Close(ack) => close = Some(ack),
             }
         }
-        sampling.apply(&store, &mut records, &mut events).await;
-        write_with_retry(&store, &records, &events, close.is_some(), &options).await;
+        batch
+            .write(&store, &mut sampling, close.is_some(), &options)
+            .await;
         if let Some(ack) = close {
             // Anything queued after the close request is written too before stopping.
-            let mut rest = Vec::new();
+            let mut rest = Batch::default();
             while let Ok(message) = rx.try_recv() {
-                rest.push(message);
+                match message {
+                    Message::Item(item) => rest.add(item),
+                    Message::Close(other) => {
+                        let _ = other.send(());
+                    }
+                }
             }
-            let (mut records, mut events): (Vec<_>, Vec<_>) =
-                rest.into_iter()
-                    .fold((Vec::new(), Vec::new()), |(mut r, mut e), m| {
-                        match m {
-                            Message::Item(LogItem::Run(record)) => r.push(*record),
-                            Message::Item(LogItem::Events(tenant, list)) => {
-                                e.extend(list.into_iter().map(|x| (tenant.clone(), x)))
-                            }
-                            Message::Close(other) => {
-                                let _ = other.send(());
-                            }
-                        }
-                        (r, e)
-                    });
-            sampling.apply(&store, &mut records, &mut events).await;
-            write_with_retry(&store, &records, &events, true, &options).await;
+            rest.write(&store, &mut sampling, true, &options).await;
             let _ = ack.send(());
             return;
+        }
+    }
+}
+
+/// The items of one write.
+#[derive(Default)]
+struct Batch {
+    records: Vec<RunRecord>,
+    events: Vec<(TenantId, StoredEvent)>,
+    lines: Vec<(TenantId, Vec<RunLogEntry>)>,
+}
+
+impl Batch {
+    fn add(&mut self, item: LogItem) {
+        match item {
+            LogItem::Run(record) => self.records.push(*record),
+            LogItem::Events(tenant, list) => self
+                .events
+                .extend(list.into_iter().map(|e| (tenant.clone(), e))),
+            LogItem::LogEntries(tenant, lines) => self.lines.push((tenant, lines)),
+        }
+    }
+
+    async fn write(
+        mut self,
+        store: &Store,
+        sampling: &mut TextSampling,
+        closing: bool,
+        options: &WriterOptions,
+    ) {
+        sampling
+            .apply(store, &mut self.records, &mut self.events)
+            .await;
+        write_with_retry(store, &self.records, &self.events, closing, options).await;
+        for (tenant, lines) in &self.lines {
+            // Debugging aid, not billing data: one attempt, failures reported.
+            if let Err(error) = store.write_log_entries(tenant, lines).await {
+                tracing::warn!(%error, "could not write captured log lines");
+            }
         }
     }
 }

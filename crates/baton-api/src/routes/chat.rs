@@ -34,6 +34,8 @@ use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, eve
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 use baton_executor::budgets::estimate_credits;
+use baton_executor::capture;
+use tracing::Instrument;
 
 pub(crate) fn header_tags(headers: &HeaderMap) -> ApiResult<Vec<String>> {
     match headers.get("x-baton-tags") {
@@ -70,6 +72,43 @@ pub async fn chat_completions(
     axum::Extension(request_id): axum::Extension<RequestId>,
     headers: HeaderMap,
     Json(body): Json<ChatCompletionRequest>,
+) -> ApiResult<Response> {
+    match capture_level(body.x_log_level.as_deref(), false)? {
+        Some(level) => {
+            let span = capture::capture_span(&request_id.0, level);
+            serve_chat(state, principal, request_id, headers, body)
+                .instrument(span)
+                .await
+        }
+        None => serve_chat(state, principal, request_id, headers, body).await,
+    }
+}
+
+/// The level a request asked its log lines to be kept at (`x_log_level`, or debug for
+/// `is_debug`), for `/llm-logs/{id}/log-entries`.
+pub(crate) fn capture_level(
+    x_log_level: Option<&str>,
+    is_debug: bool,
+) -> ApiResult<Option<tracing::Level>> {
+    match x_log_level.map(str::trim).filter(|l| !l.is_empty()) {
+        Some(raw) => capture::parse_level(raw).map(Some).ok_or_else(|| {
+            ApiError::validation(
+                "x_log_level",
+                format!(
+                    "unknown x_log_level '{raw}': use Trace, Debug, Information, Warning, Error or Critical"
+                ),
+            )
+        }),
+        None => Ok(is_debug.then_some(tracing::Level::DEBUG)),
+    }
+}
+
+async fn serve_chat(
+    state: AppState,
+    principal: Principal,
+    request_id: RequestId,
+    headers: HeaderMap,
+    body: ChatCompletionRequest,
 ) -> ApiResult<Response> {
     let tags = header_tags(&headers)?;
     let parsed = parse(body)?;

@@ -20,10 +20,11 @@ use crate::context::RequestId;
 use crate::error::{ApiResult, ErrorResponse};
 use crate::extract::{Json, PathParam};
 use crate::gateway::RequestTimeouts;
-use crate::routes::chat::{customer_of, header_tags};
+use crate::routes::chat::{capture_level, customer_of, header_tags};
 use crate::routes::chat_events::{EventOptions, sse_envelopes};
 use crate::state::AppState;
 use crate::toolrun::{Callback, CallbackHeaders};
+use tracing::Instrument;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -213,11 +214,20 @@ pub async fn run_flow(
         callback,
         ..FlowRunRequest::new(principal.tenant.clone(), request_id.0, flow_ref)
     };
+    // Debug runs keep their internal log lines (`/llm-logs/{id}/log-entries`).
+    let span = match capture_level(None, request.is_debug)? {
+        Some(level) => baton_executor::capture::capture_span(&request.run_id, level),
+        None => tracing::Span::none(),
+    };
     if body.stream {
-        let envelopes = state.engine.run_flow_stream(request).await?;
+        let envelopes = state
+            .engine
+            .run_flow_stream(request)
+            .instrument(span)
+            .await?;
         return Ok(Sse::new(sse_envelopes(envelopes)).into_response());
     }
-    let outcome = state.engine.run_flow(request).await?;
+    let outcome = state.engine.run_flow(request).instrument(span).await?;
     Ok(axum::Json(FlowRunResponse::from(outcome)).into_response())
 }
 

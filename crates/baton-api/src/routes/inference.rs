@@ -19,10 +19,11 @@ use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
 use crate::gateway::{RequestTimeouts, answer, plan_call};
-use crate::routes::chat::{customer_of, header_tags};
+use crate::routes::chat::{capture_level, customer_of, header_tags};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 use baton_executor::budgets::estimate_credits;
+use tracing::Instrument;
 
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -130,6 +131,24 @@ pub async fn inference(
     axum::Extension(request_id): axum::Extension<RequestId>,
     headers: HeaderMap,
     Json(body): Json<InferenceBody>,
+) -> ApiResult<axum::Json<InferenceResult>> {
+    match capture_level(None, body.is_debug)? {
+        Some(level) => {
+            let span = baton_executor::capture::capture_span(&request_id.0, level);
+            serve_inference(state, principal, request_id, headers, body)
+                .instrument(span)
+                .await
+        }
+        None => serve_inference(state, principal, request_id, headers, body).await,
+    }
+}
+
+async fn serve_inference(
+    state: AppState,
+    principal: Principal,
+    request_id: RequestId,
+    headers: HeaderMap,
+    body: InferenceBody,
 ) -> ApiResult<axum::Json<InferenceResult>> {
     let tags = merge_tags(validate_tags(body.tags, "tags")?, header_tags(&headers)?)?;
     let customer = customer_of(&headers, body.customer_id.as_deref())?;
