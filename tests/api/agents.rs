@@ -10,7 +10,7 @@ use baton_testkit::Reply;
 
 impl Setup {
     /// An empty flow (its `main` template is set later): Agent tools need the flow to exist.
-    async fn empty_flow(&self, title: &str) -> (String, String) {
+    pub(crate) async fn empty_flow(&self, title: &str) -> (String, String) {
         let flow = self
             .ok(Method::POST, "/api/v1/flows", Some(json!({"title": title})))
             .await;
@@ -21,7 +21,7 @@ impl Setup {
         (slug, versions[0]["id"].as_str().unwrap().to_string())
     }
 
-    async fn finish_flow(&self, (slug, version): &(String, String), template: Value) {
+    pub(crate) async fn finish_flow(&self, (slug, version): &(String, String), template: Value) {
         self.ok(
             Method::PUT,
             &format!("/api/v1/flows/{slug}/versions/{version}/templates/main"),
@@ -43,7 +43,12 @@ impl Setup {
         .await;
     }
 
-    async fn agent_tool(&self, name: &str, flow: &str, max_depth: Option<u32>) -> String {
+    pub(crate) async fn agent_tool(
+        &self,
+        name: &str,
+        flow: &str,
+        max_depth: Option<u32>,
+    ) -> String {
         let mut body = json!({"name": name, "toolType": "Agent", "agentTemplateId": flow,
                               "description": format!("Ask the {name}")});
         if let Some(depth) = max_depth {

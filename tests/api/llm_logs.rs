@@ -480,74 +480,25 @@ async fn an_entry_has_every_field_of_the_spec() {
         .error(404, "NOT_FOUND");
 }
 
-/// An empty flow and its first version.
-async fn empty_flow(s: &crate::tools::Setup, title: &str) -> (String, String) {
-    let flow = s
-        .ok(Method::POST, "/api/v1/flows", Some(json!({"title": title})))
-        .await;
-    let slug = flow["name"].as_str().unwrap().to_string();
-    let versions = s
-        .ok(Method::GET, &format!("/api/v1/flows/{slug}/versions"), None)
-        .await;
-    (slug, versions[0]["id"].as_str().unwrap().to_string())
-}
-
-async fn finish_flow(s: &crate::tools::Setup, (slug, version): &(String, String), template: Value) {
-    s.ok(
-        Method::PUT,
-        &format!("/api/v1/flows/{slug}/versions/{version}/templates/main"),
-        Some(template),
-    )
-    .await;
-    let _ = s
-        .call(
-            Method::POST,
-            "/api/v1/environments",
-            Some(json!({"name": "production"})),
-        )
-        .await;
-    s.ok(
-        Method::POST,
-        &format!("/api/v1/flows/{slug}/versions/{version}/environments"),
-        Some(json!({"environment": "production"})),
-    )
-    .await;
-}
-
 #[tokio::test]
 async fn hierarchy_events_and_stats_of_a_three_level_agent_tree() {
     let s = setup().await;
-    let root = empty_flow(&s, "Editor").await;
-    let middle = empty_flow(&s, "Researcher").await;
-    let leaf = empty_flow(&s, "Fact checker").await;
-    let researcher = s
-        .tool(
-            json!({"name": "researcher", "toolType": "Agent", "agentTemplateId": middle.0,
-                     "description": "Ask the researcher"}),
-        )
-        .await;
-    let checker = s
-        .tool(
-            json!({"name": "fact_checker", "toolType": "Agent", "agentTemplateId": leaf.0,
-                     "description": "Ask the fact checker"}),
-        )
-        .await;
-    finish_flow(
-        &s,
+    let root = s.empty_flow("Editor").await;
+    let middle = s.empty_flow("Researcher").await;
+    let leaf = s.empty_flow("Fact checker").await;
+    let researcher = s.agent_tool("researcher", &middle.0, None).await;
+    let checker = s.agent_tool("fact_checker", &leaf.0, None).await;
+    s.finish_flow(
         &root,
         json!({"template": "You edit.", "userTemplate": "[[topic]]", "toolIds": [researcher],
                "llm": "openai/gpt-4o-mini"}),
     )
     .await;
-    finish_flow(
-        &s,
-        &middle,
+    s.finish_flow(&middle,
         json!({"template": "You research: [[input]]", "toolIds": [checker], "llm": "openai/gpt-4o-mini"}),
     )
     .await;
-    finish_flow(
-        &s,
-        &leaf,
+    s.finish_flow(&leaf,
         json!({"template": "You check facts.", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini"}),
     )
     .await;
@@ -967,9 +918,8 @@ async fn a_debug_flow_run_keeps_the_lines_of_its_model_and_tool_calls() {
                      "webUrl": format!("{}/echo", s.host.origin()),
                      "description": "Echo"}))
         .await;
-    let flow = empty_flow(&s, "Debugged").await;
-    finish_flow(
-        &s,
+    let flow = s.empty_flow("Debugged").await;
+    s.finish_flow(
         &flow,
         json!({"template": "use the tool", "toolIds": [tool], "llm": "openai/gpt-4o-mini"}),
     )
