@@ -24,7 +24,8 @@ struct CatalogueFile {
 #[derive(Debug, Clone)]
 pub struct Catalogue {
     models: Vec<ModelDescriptor>,
-    index: HashMap<(String, String), usize>,
+    /// Provider, then model name: looked up with borrowed `&str`s, no allocation per request.
+    index: HashMap<String, HashMap<String, usize>>,
     defaults: BTreeMap<String, String>,
     web_search_fees: BTreeMap<String, i64>,
 }
@@ -46,11 +47,13 @@ impl Catalogue {
             model.id = format!("{}/{}", model.provider, model.name);
         }
         models.sort_by(|a, b| a.id.cmp(&b.id));
-        let index = models
-            .iter()
-            .enumerate()
-            .map(|(i, m)| ((m.provider.clone(), m.name.clone()), i))
-            .collect();
+        let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        for (i, m) in models.iter().enumerate() {
+            index
+                .entry(m.provider.clone())
+                .or_default()
+                .insert(m.name.clone(), i);
+        }
         Ok(Catalogue {
             models,
             index,
@@ -65,7 +68,8 @@ impl Catalogue {
 
     pub fn get(&self, provider: &str, model: &str) -> Option<&ModelDescriptor> {
         self.index
-            .get(&(provider.to_string(), model.to_string()))
+            .get(provider)?
+            .get(model)
             .map(|&i| &self.models[i])
     }
 
