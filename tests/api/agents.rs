@@ -657,3 +657,44 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
         .await
         .error(409, "CONFLICT");
 }
+
+#[tokio::test]
+async fn an_agent_tree_is_one_request_for_the_rate_limit() {
+    let s = setup().await;
+    let root = s.empty_flow("Lead").await;
+    let child = s.empty_flow("Helper").await;
+    let helper = s.agent_tool("helper", &child.0, None).await;
+    s.finish_flow(
+        &root,
+        json!({"template": "lead", "toolIds": [helper], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &child,
+        json!({"template": "help [[input]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.ok(
+        Method::PUT,
+        "/api/v1/settings",
+        Some(json!({"requestsPerMinute": 1})),
+    )
+    .await;
+    s.mock
+        .push(calls(&[("h", "helper", json!({"input": "x"}))]));
+    s.mock.push(Reply::text("helped"));
+    s.mock.push(Reply::text("led"));
+    // Root and sub-agent together take one request: the sub-agent is not refused.
+    let run = s.run(&root.0, json!({}), &[]).await;
+    assert_eq!(run["output"]["text"], "led");
+    assert_eq!(run["toolCalls"][0]["status"], "succeeded", "{run}");
+    // The next request is over the limit.
+    let refused = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/flows/{}/runs", root.0),
+            Some(json!({})),
+        )
+        .await;
+    refused.error(429, "RATE_LIMITED");
+}

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use crate::dispatch::{AgentOutcome, AgentRunner};
 use crate::engine::Engine;
 use crate::flow_run::parameter_values;
-use crate::gateway::{RequestTimeouts, plan_call};
+use crate::gateway::{RequestTimeouts, plan_chain};
 use crate::runlog::{Pricing, RunLog};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
 use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput, preview};
@@ -173,7 +173,8 @@ impl TreeRunner {
             fallbacks_param: "fallbacks",
             ..ModelSelection::default()
         };
-        let plan = plan_call(
+        // Part of the root request: not counted against the rate limit again.
+        let plan = plan_chain(
             engine,
             &self.tenant,
             &settings,

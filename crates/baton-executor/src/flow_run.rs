@@ -28,7 +28,7 @@ use tracing::Instrument;
 use crate::engine::{CompiledVersion, Engine};
 use crate::error::{ExecutorError, ExecutorResult};
 use crate::events::{CallInfo, EventLog, EventOptions, emit_failure};
-use crate::gateway::{RequestTimeouts, answer, open_stream, plan_call};
+use crate::gateway::{RequestTimeouts, answer, check_rate_limit, open_stream, plan_chain};
 use crate::runlog::{Pricing, RunLog};
 use crate::stream::{EventStream, StreamEnd, envelopes};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
@@ -229,6 +229,8 @@ impl Engine {
             .compiled_version(&tenant, &flow.id, &version_id)
             .await?;
         let settings = self.tenant_settings(&tenant).await?;
+        // One request from the rate limit, before anything (the classifier included) is called.
+        check_rate_limit(self, &tenant, &settings).await?;
         let values = parameter_values(body.parameters);
         let pricing = Pricing::new(self.providers().catalogue().clone(), &settings);
         let started = Instant::now();
@@ -329,7 +331,7 @@ impl Engine {
             fallbacks_param: "fallbacks",
             tenant_default: None,
         };
-        let mut plan = plan_call(
+        let mut plan = plan_chain(
             self,
             &tenant,
             &settings,
@@ -610,7 +612,7 @@ impl Engine {
             }),
             ..ModelSelection::default()
         };
-        let plan = plan_call(
+        let plan = plan_chain(
             self,
             tenant,
             &settings,

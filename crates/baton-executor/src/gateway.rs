@@ -85,11 +85,38 @@ pub async fn plan_call(
     nonce: Option<&str>,
     timeouts: RequestTimeouts,
 ) -> ExecutorResult<CallPlan> {
+    check_rate_limit(engine, tenant, settings).await?;
+    plan_chain(
+        engine, tenant, settings, selection, request, nonce, timeouts,
+    )
+    .await
+}
+
+/// Takes one request from the tenant's `requestsPerMinute` (a whole request: its classifier call
+/// and sub-agents are part of it, not requests of their own).
+pub async fn check_rate_limit(
+    engine: &Engine,
+    tenant: &TenantId,
+    settings: &TenantSettings,
+) -> ExecutorResult<()> {
     engine
         .inner
         .limiters
         .check(tenant, settings.requests_per_minute)
-        .await?;
+        .await
+}
+
+/// Resolves a call's chain, limits and cache slot, without taking from the rate limit (for the
+/// calls inside a request that was already counted).
+pub async fn plan_chain(
+    engine: &Engine,
+    tenant: &TenantId,
+    settings: &TenantSettings,
+    selection: ModelSelection<'_>,
+    request: &InferenceRequest,
+    nonce: Option<&str>,
+    timeouts: RequestTimeouts,
+) -> ExecutorResult<CallPlan> {
     let rules = engine.routing_rules(tenant).await?;
     let selection = ModelSelection {
         tenant_default: settings.default_model.as_deref(),
