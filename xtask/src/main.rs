@@ -45,7 +45,12 @@ fn openapi(flag: Option<&str>) -> anyhow::Result<()> {
 
 /// Packages with benchmarks. Listed rather than `--workspace`, which would build every crate's
 /// test harness in release mode for nothing.
-const BENCH_PACKAGES: &[&str] = &["baton-template"];
+const BENCH_PACKAGES: &[&str] = &[
+    "baton-template",
+    "baton-providers",
+    "baton-ledger",
+    "baton-executor",
+];
 
 /// `cargo bench` over [`BENCH_PACKAGES`]; everything after `bench` is passed through, so
 /// `cargo xtask bench -- --sample-size 20` reaches criterion.

@@ -9,7 +9,8 @@ use baton_domain::chat::{
     Citation, ContentPart, FinishReason, ImageSource, InferenceRequest, InferenceResponse,
     ResponseFormat, Role, StreamDelta, ToolCall, ToolChoice, Usage, VendorTool,
 };
-use futures::StreamExt;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -91,41 +92,55 @@ impl Provider for AnthropicProvider {
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
         let body = self.wire(request, true)?;
         let response = http::send(&self.key, &request.model, self.request(&body)).await?;
-        let provider = self.key.clone();
-        let mut state = StreamState {
-            structured: structured(request),
-            ..StreamState::default()
-        };
-        let events = sse::events(&self.key, response.bytes_stream(), sse::MAX_EVENT_BYTES);
-        let deltas = events.flat_map(move |event| {
-            let out: Vec<ProviderResult<StreamDelta>> = match event {
-                Err(err) => vec![Err(err)],
-                Ok(event) if event.data.trim().is_empty() => Vec::new(),
-                Ok(event) => match serde_json::from_str::<StreamEvent>(&event.data) {
-                    Ok(StreamEvent::Error { error }) => vec![Err(ProviderError::Status {
-                        provider: provider.clone(),
-                        status: if error.kind == "overloaded_error" {
-                            529
-                        } else {
-                            500
-                        },
-                        message: error.message,
-                        retry_after: None,
-                    })],
-                    Ok(event) => state.map(event).into_iter().map(Ok).collect(),
-                    Err(err) => vec![Err(ProviderError::InvalidResponse {
-                        provider: provider.clone(),
-                        message: format!("unreadable stream event: {err}"),
-                    })],
-                },
-            };
-            futures::stream::iter(out)
-        });
-        Ok(Box::pin(deltas))
+        Ok(deltas(
+            &self.key,
+            response.bytes_stream(),
+            structured(request),
+        ))
     }
 }
 
-fn structured(request: &InferenceRequest) -> bool {
+/// Canonical deltas of a Messages SSE body: the HTTP response's, or any byte stream
+/// (benchmarks drive it from memory).
+pub(crate) fn deltas<S, E>(provider: &str, bytes: S, structured: bool) -> DeltaStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let provider = provider.to_string();
+    let mut state = StreamState {
+        structured,
+        ..StreamState::default()
+    };
+    let events = sse::events(&provider, bytes, sse::MAX_EVENT_BYTES);
+    let deltas = events.flat_map(move |event| {
+        let out: Vec<ProviderResult<StreamDelta>> = match event {
+            Err(err) => vec![Err(err)],
+            Ok(event) if event.data.trim().is_empty() => Vec::new(),
+            Ok(event) => match serde_json::from_str::<StreamEvent>(&event.data) {
+                Ok(StreamEvent::Error { error }) => vec![Err(ProviderError::Status {
+                    provider: provider.clone(),
+                    status: if error.kind == "overloaded_error" {
+                        529
+                    } else {
+                        500
+                    },
+                    message: error.message,
+                    retry_after: None,
+                })],
+                Ok(event) => state.map(event).into_iter().map(Ok).collect(),
+                Err(err) => vec![Err(ProviderError::InvalidResponse {
+                    provider: provider.clone(),
+                    message: format!("unreadable stream event: {err}"),
+                })],
+            },
+        };
+        futures::stream::iter(out)
+    });
+    Box::pin(deltas)
+}
+
+pub(crate) fn structured(request: &InferenceRequest) -> bool {
     matches!(
         request.response_format,
         Some(ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject)

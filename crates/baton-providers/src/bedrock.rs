@@ -169,7 +169,7 @@ impl Provider for BedrockProvider {
     }
 }
 
-fn structured(request: &InferenceRequest) -> bool {
+pub(crate) fn structured(request: &InferenceRequest) -> bool {
     matches!(
         request.response_format,
         Some(ResponseFormat::JsonSchema { .. } | ResponseFormat::JsonObject)

@@ -10,7 +10,8 @@ use baton_domain::chat::{
     Citation, ContentPart, FinishReason, ImageSource, InferenceRequest, InferenceResponse, Message,
     ResponseFormat, Role, StreamDelta, ToolCall, ToolChoice, Usage, VendorTool,
 };
-use futures::StreamExt;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -102,12 +103,9 @@ impl Provider for GeminiProvider {
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
         let body = self.wire(request)?;
         let builder = self.request(&request.model, false, &body);
-        let mut wire: GenerateContentResponse =
+        let wire: GenerateContentResponse =
             http::send_json(&self.key, &request.model, builder, self.timeout).await?;
-        if let Some(error) = wire.error.take() {
-            return Err(error.into_provider_error(&self.key));
-        }
-        Ok(from_wire(wire, &request.model))
+        answer(&self.key, wire, &request.model)
     }
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
@@ -118,28 +116,38 @@ impl Provider for GeminiProvider {
             self.request(&request.model, true, &body),
         )
         .await?;
-        let provider = self.key.clone();
-        let mut state = StreamState::default();
-        let events = sse::events(&self.key, response.bytes_stream(), sse::MAX_EVENT_BYTES);
-        let deltas = events.flat_map(move |event| {
-            let out: Vec<ProviderResult<StreamDelta>> = match event {
-                Err(err) => vec![Err(err)],
-                Ok(event) if event.data.trim().is_empty() => Vec::new(),
-                Ok(event) => match serde_json::from_str::<GenerateContentResponse>(&event.data) {
-                    Ok(mut chunk) => match chunk.error.take() {
-                        Some(error) => vec![Err(error.into_provider_error(&provider))],
-                        None => state.map(chunk).into_iter().map(Ok).collect(),
-                    },
-                    Err(err) => vec![Err(ProviderError::InvalidResponse {
-                        provider: provider.clone(),
-                        message: format!("unreadable stream chunk: {err}"),
-                    })],
-                },
-            };
-            futures::stream::iter(out)
-        });
-        Ok(Box::pin(deltas))
+        Ok(deltas(&self.key, response.bytes_stream()))
     }
+}
+
+/// Canonical deltas of a streamGenerateContent SSE body: the HTTP response's, or any byte
+/// stream (benchmarks drive it from memory).
+pub(crate) fn deltas<S, E>(provider: &str, bytes: S) -> DeltaStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let provider = provider.to_string();
+    let mut state = StreamState::default();
+    let events = sse::events(&provider, bytes, sse::MAX_EVENT_BYTES);
+    let deltas = events.flat_map(move |event| {
+        let out: Vec<ProviderResult<StreamDelta>> = match event {
+            Err(err) => vec![Err(err)],
+            Ok(event) if event.data.trim().is_empty() => Vec::new(),
+            Ok(event) => match serde_json::from_str::<GenerateContentResponse>(&event.data) {
+                Ok(mut chunk) => match chunk.error.take() {
+                    Some(error) => vec![Err(error.into_provider_error(&provider))],
+                    None => state.map(chunk).into_iter().map(Ok).collect(),
+                },
+                Err(err) => vec![Err(ProviderError::InvalidResponse {
+                    provider: provider.clone(),
+                    message: format!("unreadable stream chunk: {err}"),
+                })],
+            },
+        };
+        futures::stream::iter(out)
+    });
+    Box::pin(deltas)
 }
 
 /// Percent-encodes a model name as one path segment, so nothing in it can reshape the URL.
@@ -609,6 +617,18 @@ fn finish_reason(raw: &str) -> FinishReason {
         }
         _ => FinishReason::Stop,
     }
+}
+
+/// The canonical response of a decoded answer, or the error a 200 answer may still carry.
+pub(crate) fn answer(
+    provider: &str,
+    mut wire: GenerateContentResponse,
+    requested_model: &str,
+) -> ProviderResult<InferenceResponse> {
+    if let Some(error) = wire.error.take() {
+        return Err(error.into_provider_error(provider));
+    }
+    Ok(from_wire(wire, requested_model))
 }
 
 pub(crate) fn from_wire(wire: GenerateContentResponse, requested_model: &str) -> InferenceResponse {

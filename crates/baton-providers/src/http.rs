@@ -60,7 +60,15 @@ pub async fn send_json<T: serde::de::DeserializeOwned>(
         .bytes()
         .await
         .map_err(|e| transport_error(provider, e))?;
-    serde_json::from_slice(&bytes).map_err(|e| ProviderError::InvalidResponse {
+    decode(provider, &bytes)
+}
+
+/// Decodes a provider's JSON answer.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(
+    provider: &str,
+    bytes: &[u8],
+) -> ProviderResult<T> {
+    serde_json::from_slice(bytes).map_err(|e| ProviderError::InvalidResponse {
         provider: provider.to_string(),
         message: e.to_string(),
     })

@@ -5,6 +5,8 @@
 
 pub mod anthropic;
 pub mod bedrock;
+#[doc(hidden)]
+pub mod bench;
 pub mod catalogue;
 pub mod config;
 pub mod error;

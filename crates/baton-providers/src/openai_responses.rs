@@ -8,7 +8,8 @@ use baton_domain::chat::{
     Citation, ContentPart, FinishReason, InferenceRequest, InferenceResponse, ResponseFormat, Role,
     StreamDelta, ToolCall, ToolChoice, Usage, VendorTool,
 };
-use futures::StreamExt;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -74,17 +75,27 @@ impl Endpoint<'_> {
     ) -> ProviderResult<DeltaStream> {
         let body = to_wire(self.provider, request, true)?;
         let response = http::send(self.provider, &request.model, self.request(&body)).await?;
-        let mut state = StreamState::new(self.provider);
-        let events = sse::events(self.provider, response.bytes_stream(), sse::MAX_EVENT_BYTES);
-        let deltas = events.flat_map(move |event| {
-            let out = match event {
-                Err(err) => vec![Err(err)],
-                Ok(event) => state.parse(&event.data),
-            };
-            futures::stream::iter(out)
-        });
-        Ok(Box::pin(deltas))
+        Ok(deltas(self.provider, response.bytes_stream()))
     }
+}
+
+/// Canonical deltas of a Responses API SSE body: the HTTP response's, or any byte stream
+/// (benchmarks drive it from memory).
+pub(crate) fn deltas<S, E>(provider: &str, bytes: S) -> DeltaStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
+    let mut state = StreamState::new(provider);
+    let events = sse::events(provider, bytes, sse::MAX_EVENT_BYTES);
+    let deltas = events.flat_map(move |event| {
+        let out = match event {
+            Err(err) => vec![Err(err)],
+            Ok(event) => state.parse(&event.data),
+        };
+        futures::stream::iter(out)
+    });
+    Box::pin(deltas)
 }
 
 // ---- Wire types: request -------------------------------------------------------------------

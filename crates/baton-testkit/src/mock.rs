@@ -579,7 +579,8 @@ pub fn sse(out: &mut Vec<u8>, event: Option<&str>, data: &str) {
     out.extend_from_slice(format!("data: {data}\r\n\r\n").as_bytes());
 }
 
-fn openai_body(answer: &Answer) -> Value {
+/// A Chat Completions response.
+pub fn openai_body(answer: &Answer) -> Value {
     let tool_calls: Vec<Value> = answer
         .tool_calls
         .iter()
@@ -597,7 +598,7 @@ fn openai_body(answer: &Answer) -> Value {
 }
 
 /// Text in small pieces (split inside multi-byte characters by the chunking), then tool calls.
-fn openai_stream(answer: &Answer) -> Vec<u8> {
+pub fn openai_stream(answer: &Answer) -> Vec<u8> {
     let mut out = Vec::new();
     let chunk = |delta: Value, finish: Value| {
         json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": answer.model,
@@ -655,7 +656,8 @@ fn openai_stream(answer: &Answer) -> Vec<u8> {
     out
 }
 
-fn anthropic_body(answer: &Answer) -> Value {
+/// A Messages response.
+pub fn anthropic_body(answer: &Answer) -> Value {
     let mut content = Vec::new();
     if !answer.text.is_empty() {
         content.push(json!({"type": "text", "text": answer.text}));
@@ -672,7 +674,9 @@ fn anthropic_body(answer: &Answer) -> Value {
     })
 }
 
-fn anthropic_stream(answer: &Answer) -> Vec<u8> {
+/// Messages stream events: the text in small deltas, then each tool call with its input in two
+/// fragments, then the stop reason and usage.
+pub fn anthropic_stream(answer: &Answer) -> Vec<u8> {
     let mut out = Vec::new();
     sse(&mut out, Some("message_start"), &json!({"type": "message_start", "message": {"id": "msg_mock", "model": answer.model, "usage": {"input_tokens": answer.tokens_in, "output_tokens": 1}}}).to_string());
     let mut index = 0;
