@@ -849,3 +849,35 @@ async fn an_environment_pin_serves_a_caller_hosted_tool_without_a_callback() {
     assert_eq!(call["targetUrl"], format!("{}/pinned", s.host.origin()));
     assert_eq!(s.host.requests()[0].path, "/pinned");
 }
+
+#[tokio::test]
+async fn a_changed_tool_is_seen_by_the_next_run() {
+    let s = setup().await;
+    let body = |path: &str| {
+        json!({"name": "lookup", "toolType": "External", "description": "Look up",
+               "webUrl": format!("{}{path}", s.host.origin())})
+    };
+    let tool = s.tool(body("/first")).await;
+    let flow = s
+        .flow(
+            "Cached tools",
+            json!({"template": "t", "toolIds": [tool], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    let run_once = || async {
+        s.mock.push(calls(&[("c", "lookup", json!({}))]));
+        s.mock.push(Reply::text("ok"));
+        s.run(&flow, json!({}), &[]).await
+    };
+    run_once().await;
+    // The run's tools are cached; a change must reach the next run anyway.
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/tools/{tool}"),
+        Some(body("/second")),
+    )
+    .await;
+    run_once().await;
+    let paths: Vec<String> = s.host.requests().iter().map(|r| r.path.clone()).collect();
+    assert_eq!(paths, ["/first", "/second"]);
+}

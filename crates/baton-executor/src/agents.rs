@@ -187,10 +187,11 @@ impl TreeRunner {
         .map_err(|e| e.to_string())?;
         let tools = ToolSet::new(
             engine
-                .flows()
                 .tools(&self.tenant, &template.tool_ids)
                 .await
-                .map_err(|e| e.to_string())?,
+                .map_err(|e| e.to_string())?
+                .iter()
+                .cloned(),
         )
         .with_context_tools();
         let mut ancestors = self.scope.ancestors.clone();

@@ -10,6 +10,7 @@ use baton_domain::TenantId;
 use baton_domain::budget::Budget;
 use baton_domain::flow::{Template, Version};
 use baton_domain::settings::TenantSettings;
+use baton_domain::tool::Tool;
 use baton_providers::Registry;
 use baton_providers::routing::{Router, RouterConfig, RuleSet};
 use baton_template::{Field, Library, TemplateError, TemplateSource};
@@ -76,6 +77,9 @@ pub(crate) struct Inner {
     versions: Cache<String, Arc<CompiledVersion>>,
     /// Tenant budgets, checked before every request; dropped on change (other instances: TTL).
     pub(crate) budgets: Cache<String, Arc<Vec<Budget>>>,
+    /// A template's tools by tenant and tool ids, so a run reads none from storage; a tenant's
+    /// entries are dropped when any of its tools changes (other instances: TTL).
+    tools: Cache<String, Arc<Vec<Tool>>>,
 }
 
 #[derive(Clone)]
@@ -113,6 +117,11 @@ impl Engine {
                 budgets: Cache::builder()
                     .max_capacity(100_000)
                     .time_to_live(SETTINGS_CACHE_TTL)
+                    .build(),
+                tools: Cache::builder()
+                    .max_capacity(100_000)
+                    .time_to_live(SETTINGS_CACHE_TTL)
+                    .support_invalidation_closures()
                     .build(),
                 config,
             }),
@@ -196,6 +205,34 @@ impl Engine {
     /// Drops the cached budgets; call after changing them.
     pub async fn forget_budgets(&self, tenant: &TenantId) {
         self.inner.budgets.invalidate(tenant.as_str()).await;
+    }
+
+    /// The tools of `ids` that exist, in the order of `ids`, from the cache when fresh.
+    pub async fn tools(&self, tenant: &TenantId, ids: &[String]) -> ExecutorResult<Arc<Vec<Tool>>> {
+        if ids.is_empty() {
+            return Ok(Arc::default());
+        }
+        let key = format!("{}\u{1f}{}", tenant.as_str(), ids.join("\u{1f}"));
+        if let Some(hit) = self.inner.tools.get(&key).await {
+            return Ok(hit);
+        }
+        let tools = Arc::new(self.inner.flows.tools(tenant, ids).await?);
+        self.inner.tools.insert(key, tools.clone()).await;
+        Ok(tools)
+    }
+
+    /// Drops the tenant's cached tool lists; call after creating, changing or deleting a tool.
+    pub fn forget_tools(&self, tenant: &TenantId) {
+        let prefix = format!("{}\u{1f}", tenant.as_str());
+        if let Err(error) = self
+            .inner
+            .tools
+            .invalidate_entries_if(move |key, _| key.starts_with(&prefix))
+        {
+            // Only fails when the cache was built without closures: then drop everything.
+            tracing::warn!(%error, "could not drop a tenant's cached tools; dropping all");
+            self.inner.tools.invalidate_all();
+        }
     }
 
     /// A version ready to run. Activated versions never change, so compiled ones are cached.

@@ -269,7 +269,7 @@ impl Engine {
             })
             .collect();
 
-        let tool_list = self.flows().tools(&tenant, &template.tool_ids).await?;
+        let tool_list = self.tools(&tenant, &template.tool_ids).await?;
         for id in &template.tool_ids {
             if !tool_list.iter().any(|t| &t.id == id) {
                 warnings.push(RunWarning {
@@ -281,7 +281,7 @@ impl Engine {
                 });
             }
         }
-        let tools = ToolSet::new(tool_list);
+        let tools = ToolSet::new(tool_list.iter().cloned());
 
         let schema_value = body
             .response_schema

@@ -121,6 +121,7 @@ pub async fn import(
             None
         } else {
             let created = state.store.create_tool(&principal.tenant, &tool).await?;
+            state.engine.forget_tools(&principal.tenant);
             report.tools_created.push(created.name);
             Some(created.id)
         };

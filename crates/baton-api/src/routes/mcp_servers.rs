@@ -241,5 +241,6 @@ pub async fn import_mcp_tools(
         };
         imported.push(saved);
     }
+    state.engine.forget_tools(tenant);
     Ok(axum::Json(imported))
 }

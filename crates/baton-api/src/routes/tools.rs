@@ -102,6 +102,7 @@ pub async fn create_tool(
 ) -> ApiResult<(StatusCode, axum::Json<Tool>)> {
     let tool = validate(&state, &principal.tenant, body).await?;
     let created = state.store.create_tool(&principal.tenant, &tool).await?;
+    state.engine.forget_tools(&principal.tenant);
     Ok((StatusCode::CREATED, axum::Json(created)))
 }
 
@@ -144,6 +145,7 @@ pub async fn update_tool(
         .store
         .update_tool(&principal.tenant, &id, &tool)
         .await?;
+    state.engine.forget_tools(&principal.tenant);
     Ok(axum::Json(updated))
 }
 
@@ -161,6 +163,7 @@ pub async fn delete_tool(
     PathParam(id): PathParam,
 ) -> ApiResult<StatusCode> {
     state.store.delete_tool(&principal.tenant, &id).await?;
+    state.engine.forget_tools(&principal.tenant);
     Ok(StatusCode::NO_CONTENT)
 }
 
