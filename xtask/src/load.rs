@@ -375,27 +375,30 @@ fn start_baton(release: &Path, dir: &Path, mock_addr: &str) -> anyhow::Result<(G
     // Keeps reading after the port line so a full pipe never blocks Baton's log writer.
     std::thread::spawn(move || {
         let mut found = Some(found);
+        let mut before_start = Vec::new();
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
             if let Some(sender) = found.as_ref() {
-                let parsed: Option<Value> = serde_json::from_str(&line).ok();
-                if let Some(address) = parsed
-                    .as_ref()
-                    .and_then(|l| l.get("address"))
-                    .and_then(Value::as_str)
-                {
-                    let _ = sender.send(Ok(address.to_string()));
-                    found = None;
-                } else if parsed.is_none() || line.contains("\"ERROR\"") {
-                    let _ = sender.send(Err(line));
-                    found = None;
+                let address = serde_json::from_str::<Value>(&line)
+                    .ok()
+                    .and_then(|l| l.get("address").and_then(Value::as_str).map(str::to_owned));
+                match address {
+                    Some(address) => {
+                        let _ = sender.send(Ok(address));
+                        found = None;
+                    }
+                    None => before_start.push(line),
                 }
             }
+        }
+        // Baton exited before listening: its output says why.
+        if let Some(sender) = found {
+            let _ = sender.send(Err(before_start.join("\n")));
         }
     });
     match address.recv_timeout(Duration::from_secs(60)) {
         Ok(Ok(address)) => Ok((child, address)),
-        Ok(Err(line)) => bail!("baton did not start: {line}"),
+        Ok(Err(output)) => bail!("baton exited before listening:\n{output}"),
         Err(_) => bail!("baton did not announce its address within 60 s"),
     }
 }
