@@ -363,7 +363,7 @@ fn start_baton(release: &Path, dir: &Path, mock_addr: &str) -> anyhow::Result<(G
         )
         .env("BATON_PROVIDERS__OPENAI__API_KEY", "sk-bench")
         .env("BATON_LOG_FORMAT", "json")
-        .env("BATON_LOG", "warn,baton_server=info")
+        .env("BATON_LOG", "warn,baton=info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     if let Some(path) = std::env::var_os("PATH") {
