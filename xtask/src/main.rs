@@ -2,14 +2,17 @@
 
 use std::process::{Command, ExitCode};
 
+mod load;
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("openapi") => openapi(args.get(1).map(String::as_str)),
+        Some("bench") if args.get(1).map(String::as_str) == Some("load") => load::run(&args[2..]),
         Some("bench") => bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)"
+                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [--smoke] [--duration SECS] [--rate N] [--concurrency N] [--mock-delay-ms MS]\n                      load-test Baton against the fast mock (docs/benchmarks.md)"
             );
             return ExitCode::FAILURE;
         }

@@ -8,6 +8,7 @@
 //! providers' HTTP server, not Baton's.
 
 pub mod bedrock;
+pub mod fast;
 pub mod gemini;
 pub mod mcp;
 pub mod mock;
@@ -15,6 +16,7 @@ pub mod responses;
 pub mod tool_host;
 pub mod webhook;
 
+pub use fast::{FastMock, FastMockOptions};
 pub use mcp::MockMcpServer;
 pub use mock::{Answer, CitationReply, MockProvider, Received, Reply, ToolCallReply};
 pub use webhook::{Delivery, WebhookReceiver};
