@@ -14,6 +14,7 @@ mod m20261122_000004_flows;
 mod m20261122_000005_tools;
 mod m20261123_000001_run_log_entries;
 mod m20261123_000002_budgets;
+mod m20261123_000003_flow_stats_index;
 
 pub struct Migrator;
 
@@ -28,6 +29,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261122_000005_tools::Migration),
             Box::new(m20261123_000001_run_log_entries::Migration),
             Box::new(m20261123_000002_budgets::Migration),
+            Box::new(m20261123_000003_flow_stats_index::Migration),
         ]
     }
 }
