@@ -43,6 +43,33 @@ impl Setup {
         .await;
     }
 
+    /// Editor -> researcher -> fact checker: a three-level tree of Agent tools (the middle one
+    /// interpolates its input). Returns the root flow's (slug, version).
+    pub(crate) async fn editor_tree(&self) -> (String, String) {
+        let root = self.empty_flow("Editor").await;
+        let middle = self.empty_flow("Researcher").await;
+        let leaf = self.empty_flow("Fact checker").await;
+        let researcher = self.agent_tool("researcher", &middle.0, None).await;
+        let checker = self.agent_tool("fact_checker", &leaf.0, None).await;
+        self.finish_flow(
+            &root,
+            json!({"template": "You edit.", "userTemplate": "[[topic]]", "toolIds": [researcher],
+                   "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+        self.finish_flow(
+            &middle,
+            json!({"template": "You research: [[input]]", "toolIds": [checker], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+        self.finish_flow(
+            &leaf,
+            json!({"template": "You check facts.", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+        root
+    }
+
     pub(crate) async fn agent_tool(
         &self,
         name: &str,
@@ -84,27 +111,7 @@ fn events_of(text: &str) -> Vec<Value> {
 #[tokio::test]
 async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
     let s = setup().await;
-    let root = s.empty_flow("Editor").await;
-    let middle = s.empty_flow("Researcher").await;
-    let leaf = s.empty_flow("Fact checker").await;
-    let researcher = s.agent_tool("researcher", &middle.0, None).await;
-    let checker = s.agent_tool("fact_checker", &leaf.0, None).await;
-    s.finish_flow(
-        &root,
-        json!({"template": "You edit.", "userTemplate": "[[topic]]", "toolIds": [researcher],
-               "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
-    s.finish_flow(
-        &middle,
-        json!({"template": "You research: [[input]]", "toolIds": [checker], "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
-    s.finish_flow(
-        &leaf,
-        json!({"template": "You check facts.", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
+    let root = s.editor_tree().await;
 
     s.mock.push(calls(&[(
         "r1",

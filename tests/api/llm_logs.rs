@@ -483,25 +483,7 @@ async fn an_entry_has_every_field_of_the_spec() {
 #[tokio::test]
 async fn hierarchy_events_and_stats_of_a_three_level_agent_tree() {
     let s = setup().await;
-    let root = s.empty_flow("Editor").await;
-    let middle = s.empty_flow("Researcher").await;
-    let leaf = s.empty_flow("Fact checker").await;
-    let researcher = s.agent_tool("researcher", &middle.0, None).await;
-    let checker = s.agent_tool("fact_checker", &leaf.0, None).await;
-    s.finish_flow(
-        &root,
-        json!({"template": "You edit.", "userTemplate": "[[topic]]", "toolIds": [researcher],
-               "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
-    s.finish_flow(&middle,
-        json!({"template": "You research: [[input]]", "toolIds": [checker], "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
-    s.finish_flow(&leaf,
-        json!({"template": "You check facts.", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
+    let root = s.editor_tree().await;
     s.mock.push(calls(&[(
         "r1",
         "researcher",
