@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use baton_domain::TenantId;
 use baton_domain::chat::{InferenceRequest, InferenceResponse, Usage};
+use baton_domain::run::Attempt;
 use baton_domain::settings::{TenantSettings, validate_timeout_ms};
 use baton_providers::DeltaStream;
 use baton_providers::routing::{
@@ -198,6 +199,26 @@ impl From<ChainFailure> for Failure {
     }
 }
 
+/// Notes a served chain's attempts on the run (and in a debug run's kept log lines).
+fn record_served(log: &mut RunLog, model: &ChainModel, attempts: Vec<Attempt>, fallback: bool) {
+    tracing::debug!(
+        served = %model.model,
+        attempts = attempts.len(),
+        fallback,
+        "model chain answered"
+    );
+    log.record_routing(attempts, fallback);
+}
+
+fn record_failed(log: &mut RunLog, failure: &mut ChainFailure) {
+    tracing::info!(
+        attempts = failure.attempts.len(),
+        error = %failure.error,
+        "every model of the chain failed"
+    );
+    log.record_routing(std::mem::take(&mut failure.attempts), false);
+}
+
 /// A synchronous answer: the cached one, else the chain's (then cached).
 pub async fn answer(
     engine: &Engine,
@@ -233,13 +254,7 @@ pub async fn answer(
         .await
     {
         Ok(served) => {
-            tracing::debug!(
-                served = %served.model.model,
-                attempts = served.attempts.len(),
-                fallback = served.fallback_used,
-                "model chain answered"
-            );
-            log.record_routing(served.attempts, served.fallback_used);
+            record_served(log, &served.model, served.attempts, served.fallback_used);
             if let Some(slot) = &plan.cache {
                 engine
                     .inner
@@ -255,12 +270,7 @@ pub async fn answer(
             })
         }
         Err(mut failure) => {
-            tracing::info!(
-                attempts = failure.attempts.len(),
-                error = %failure.error,
-                "every model of the chain failed"
-            );
-            log.record_routing(std::mem::take(&mut failure.attempts), false);
+            record_failed(log, &mut failure);
             Err(failure.into())
         }
     }
@@ -300,13 +310,7 @@ pub async fn open_stream(
         .await
     {
         Ok(served) => {
-            tracing::debug!(
-                served = %served.model.model,
-                attempts = served.attempts.len(),
-                fallback = served.fallback_used,
-                "model chain answered"
-            );
-            log.record_routing(served.attempts, served.fallback_used);
+            record_served(log, &served.model, served.attempts, served.fallback_used);
             let StreamStart { first, rest } = served.value;
             let upstream: DeltaStream = match first {
                 Some(first) => Box::pin(futures::stream::once(async { Ok(first) }).chain(rest)),
@@ -320,12 +324,7 @@ pub async fn open_stream(
             })
         }
         Err(mut failure) => {
-            tracing::info!(
-                attempts = failure.attempts.len(),
-                error = %failure.error,
-                "every model of the chain failed"
-            );
-            log.record_routing(std::mem::take(&mut failure.attempts), false);
+            record_failed(log, &mut failure);
             Err(failure.into())
         }
     }
