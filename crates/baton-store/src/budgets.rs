@@ -67,10 +67,14 @@ async fn ensure_window<C: ConnectionTrait>(
         spent_credits: Set(0),
         reserved_credits: Set(0),
     })
-    .on_conflict_do_nothing_on([
-        budget_windows::Column::BudgetId,
-        budget_windows::Column::WindowStart,
-    ])
+    .on_conflict(
+        OnConflict::columns([
+            budget_windows::Column::BudgetId,
+            budget_windows::Column::WindowStart,
+        ])
+        .do_nothing()
+        .to_owned(),
+    )
     .exec_without_returning(conn)
     .await?;
     Ok(())
@@ -235,6 +239,26 @@ impl Store {
         budget: &Budget,
         hold: &BudgetHold,
     ) -> StoreResult<bool> {
+        let take = || {
+            budget_windows::Entity::update_many()
+                .col_expr(
+                    budget_windows::Column::ReservedCredits,
+                    Expr::col(budget_windows::Column::ReservedCredits).add(hold.credits),
+                )
+                .filter(budget_windows::Column::TenantId.eq(tenant.as_str()))
+                .filter(budget_windows::Column::BudgetId.eq(budget.id.as_str()))
+                .filter(budget_windows::Column::WindowStart.eq(hold.window_start_ms))
+                .filter(Expr::cust_with_values(
+                    "spent_credits + reserved_credits < $1",
+                    [budget.limit_credits],
+                ))
+                .exec(self.conn())
+        };
+        if take().await?.rows_affected == 1 {
+            return Ok(true);
+        }
+        // No room, or no row yet for the period: make sure the row exists (a concurrent first
+        // request may be creating it too) and try once more. Requests with room take one write.
         ensure_window(
             self.conn(),
             tenant.as_str(),
@@ -242,21 +266,7 @@ impl Store {
             hold.window_start_ms,
         )
         .await?;
-        let result = budget_windows::Entity::update_many()
-            .col_expr(
-                budget_windows::Column::ReservedCredits,
-                Expr::col(budget_windows::Column::ReservedCredits).add(hold.credits),
-            )
-            .filter(budget_windows::Column::TenantId.eq(tenant.as_str()))
-            .filter(budget_windows::Column::BudgetId.eq(budget.id.as_str()))
-            .filter(budget_windows::Column::WindowStart.eq(hold.window_start_ms))
-            .filter(Expr::cust_with_values(
-                "spent_credits + reserved_credits < $1",
-                [budget.limit_credits],
-            ))
-            .exec(self.conn())
-            .await?;
-        Ok(result.rows_affected == 1)
+        Ok(take().await?.rows_affected == 1)
     }
 
     /// Gives holds back (a request that never ran, or the hold's share after a failure).
