@@ -269,6 +269,8 @@ impl From<ExecutorError> for ApiError {
                 StatusCode::PAYMENT_REQUIRED
             }
             ExecutorError::Cancelled => StatusCode::CONFLICT,
+            // Reported inside streams only (an `error` event); a status for completeness.
+            ExecutorError::StreamDurationExceeded { .. } => StatusCode::GATEWAY_TIMEOUT,
             ExecutorError::StructuredOutputInvalid(_) => StatusCode::BAD_GATEWAY,
             ExecutorError::Provider(_) => match code {
                 "MODEL_NOT_FOUND" => StatusCode::NOT_FOUND,

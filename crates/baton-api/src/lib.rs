@@ -11,6 +11,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod routes;
 pub mod state;
+pub mod streams;
 pub mod toolrun;
 
 // The engine lives in `baton-executor`; its modules keep their old paths here.
@@ -34,6 +35,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
 pub use axum::Router;
+pub use baton_executor::Limits;
 pub use error::{ApiError, ApiResult};
 pub use mcp::McpConfig;
 pub use routes::openapi;

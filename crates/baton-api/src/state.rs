@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use baton_domain::TenantId;
 use baton_domain::settings::TenantSettings;
-use baton_executor::{Engine, EngineConfig};
+use baton_executor::{Engine, EngineConfig, Limits};
 use baton_providers::Registry;
 use baton_providers::routing::{Router, RouterConfig, RuleSet};
 use baton_store::Store;
@@ -19,6 +19,7 @@ use crate::auth::{Authenticator, SessionKeys, SessionSettings};
 use crate::error::ApiError;
 use crate::mcp::{McpConfig, McpService};
 use crate::metrics::Metrics;
+use crate::streams::StreamSlots;
 
 /// What the HTTP layer needs from the operator's configuration.
 #[derive(Debug, Clone)]
@@ -43,6 +44,8 @@ pub struct ApiConfig {
     pub tool_connect_timeout: Duration,
     /// Hosts and origins Baton's own MCP server accepts.
     pub mcp: McpConfig,
+    /// Abuse limits (`[limits]`): messages, tool results, streams, agent fan-out.
+    pub limits: Limits,
 }
 
 impl ApiConfig {
@@ -55,6 +58,7 @@ impl ApiConfig {
             outbound: self.outbound.clone(),
             tool_call_timeout: self.tool_call_timeout,
             tool_connect_timeout: self.tool_connect_timeout,
+            limits: self.limits,
         }
     }
 }
@@ -73,6 +77,7 @@ impl Default for ApiConfig {
             tool_call_timeout: Duration::from_secs(30),
             tool_connect_timeout: Duration::from_secs(10),
             mcp: McpConfig::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -96,6 +101,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Baton's own MCP server (`/api/v1/mcp`).
     pub(crate) mcp: Arc<McpService>,
+    /// Open event streams per tenant (`limits.max_streams_per_tenant`).
+    pub streams: StreamSlots,
 }
 const JWT_SECRET_NAME: &str = "jwt_signing_key";
 const MIN_JWT_SECRET_LEN: usize = 32;
@@ -150,6 +157,7 @@ impl AppState {
             providers,
             runs,
             mcp: Arc::new(crate::mcp::service(&config)),
+            streams: StreamSlots::new(config.limits.max_streams_per_tenant),
             config: Arc::new(config),
             metrics: Arc::new(Metrics::new()),
         })

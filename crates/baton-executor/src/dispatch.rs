@@ -12,8 +12,9 @@ use baton_tools::guard::redact;
 use baton_tools::{GuardedClient, McpEndpoint};
 use serde_json::{Map, Value};
 
-/// SPEC.md "Limits": a tool's response reaches the model up to 1 MB.
-pub const MAX_TOOL_RESPONSE_BYTES: usize = 1024 * 1024;
+/// SPEC.md "Limits": a tool's response reaches the model up to 1 MB (the default of
+/// `limits.max_tool_result_bytes`).
+pub const MAX_TOOL_RESPONSE_BYTES: usize = crate::bounds::DEFAULT_MAX_TOOL_RESULT_BYTES;
 
 /// Finds a tenant's MCP servers (the store implements it).
 #[async_trait]
@@ -76,6 +77,10 @@ pub struct Dispatcher<'a> {
     /// A sub-agent's context tools answer from this.
     pub agent_context: Option<&'a crate::context::AgentContext>,
     pub timeout: Duration,
+    /// Bytes of one tool result, bounded while reading (`limits.max_tool_result_bytes`).
+    pub max_result_bytes: usize,
+    /// Agent and CritiqueLoop calls one model turn may start (`limits.max_agent_calls_per_turn`).
+    pub max_agent_calls_per_turn: usize,
 }
 
 impl Dispatcher<'_> {
@@ -105,7 +110,7 @@ impl Dispatcher<'_> {
                     &self.context,
                     &arguments,
                     self.timeout,
-                    MAX_TOOL_RESPONSE_BYTES,
+                    self.max_result_bytes,
                 )
                 .await;
                 ToolOutcome {
@@ -170,7 +175,7 @@ impl Dispatcher<'_> {
             &tool.name,
             arguments,
             self.timeout,
-            MAX_TOOL_RESPONSE_BYTES,
+            self.max_result_bytes,
         )
         .await
         .map_err(|e| format!("MCP server '{}': {e}", server.name));

@@ -17,6 +17,7 @@ use baton_template::{Field, Library, TemplateError, TemplateSource};
 use baton_tools::{GuardPolicy, GuardedClient};
 use moka::future::Cache;
 
+use crate::bounds::Limits;
 use crate::cache::ResponseCache;
 use crate::error::{ExecutorError, ExecutorResult};
 use crate::limits::TenantLimiters;
@@ -36,6 +37,8 @@ pub struct EngineConfig {
     /// Bound on one tool call (External, MCP).
     pub tool_call_timeout: Duration,
     pub tool_connect_timeout: Duration,
+    /// Abuse limits: messages, tool result size, stream lifetime, agent fan-out.
+    pub limits: Limits,
 }
 
 impl Default for EngineConfig {
@@ -47,6 +50,7 @@ impl Default for EngineConfig {
             outbound: GuardPolicy::strict(),
             tool_call_timeout: Duration::from_secs(30),
             tool_connect_timeout: Duration::from_secs(10),
+            limits: Limits::default(),
         }
     }
 }

@@ -32,6 +32,11 @@ pub enum ExecutorError {
     /// A cancel request stopped the run before it produced anything.
     #[error("the run was cancelled before it produced anything")]
     Cancelled,
+    /// An event stream reached `limits.max_stream_duration` and was ended.
+    #[error(
+        "the stream reached its maximum duration of {seconds} seconds (limits.max_stream_duration_secs) and was ended"
+    )]
+    StreamDurationExceeded { seconds: u64 },
     /// A streamed answer that does not follow the requested schema (no retry: it was sent).
     #[error("{0}")]
     StructuredOutputInvalid(String),
@@ -63,6 +68,7 @@ impl ExecutorError {
             Self::CostLimitExceeded { .. } => "COST_LIMIT_EXCEEDED",
             Self::BudgetExceeded(_) => "BUDGET_EXCEEDED",
             Self::Cancelled => "RUN_CANCELLED",
+            Self::StreamDurationExceeded { .. } => "STREAM_DURATION_EXCEEDED",
             Self::StructuredOutputInvalid(_) => "STRUCTURED_OUTPUT_INVALID",
             Self::Unavailable => "SERVICE_UNAVAILABLE",
             Self::Internal(_) => "INTERNAL_ERROR",

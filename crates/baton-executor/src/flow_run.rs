@@ -401,6 +401,10 @@ impl Engine {
                 (tenant, request) => tenant.or(request),
             };
             let live = stream.then(mpsc::unbounded_channel);
+            let shows_errors = body
+                .stream_options
+                .as_ref()
+                .is_none_or(|options| options.filter.allows("error"));
             let (sender, receiver) = match live {
                 Some((sender, receiver)) => (Some(sender), Some(receiver)),
                 None => (None, None),
@@ -443,11 +447,12 @@ impl Engine {
                     }
                     .in_current_span(),
                 );
-                let envelopes = futures::stream::unfold(receiver, |mut receiver| async move {
-                    let envelope = receiver.recv().await?;
-                    Some((envelope, receiver))
-                });
-                return Ok(Started::Stream(Box::pin(envelopes)));
+                return Ok(Started::Stream(Box::pin(live_envelopes(
+                    receiver,
+                    run_id.clone(),
+                    &self.config().limits,
+                    shows_errors,
+                ))));
             }
             let requested = input.plan.chain.requested.clone();
             let result = toolrun::run(input).await?;
@@ -505,7 +510,12 @@ impl Engine {
             let pricing = answer.pricing(pricing);
             let fill = answer.cache_fill(self, &plan);
             let end = StreamEnd { fill, schema };
-            let stream = EventStream::new(answer.value, events, options, log, pricing, call, end);
+            let limits = &self.config().limits;
+            let stream = EventStream::new(answer.value, events, options, log, pricing, call, end)
+                .with_deadline(
+                    limits.max_stream_duration,
+                    limits.stream_duration_exceeded(),
+                );
             return Ok(Started::Stream(Box::pin(envelopes(stream))));
         }
 
@@ -742,4 +752,45 @@ fn link_to_parent(record: &mut RunRecord, parent: &str) {
     record.depth = 1;
     record.agent_role = Some("classifier".to_string());
     record.created_at = Timestamp::now();
+}
+
+/// The live events of a run with tools, until the run ends or the stream reaches
+/// `limits.max_stream_duration`: then an `error` event (not stored: the run is not affected) ends
+/// the stream, and the run goes on to the end and is logged, as when a client leaves.
+fn live_envelopes(
+    receiver: mpsc::UnboundedReceiver<Value>,
+    run_id: String,
+    limits: &crate::bounds::Limits,
+    shows_errors: bool,
+) -> impl futures::Stream<Item = Value> + Send + 'static {
+    let deadline = Some((
+        tokio::time::Instant::now() + limits.max_stream_duration,
+        limits.stream_duration_exceeded(),
+    ));
+    let stream =
+        futures::stream::unfold((Some(receiver), deadline), move |(receiver, deadline)| {
+            let run_id = run_id.clone();
+            async move {
+                let mut receiver = receiver?;
+                tokio::select! {
+                    envelope = receiver.recv() => {
+                        let envelope = envelope?;
+                        Some((Some(envelope), (Some(receiver), deadline)))
+                    }
+                    error = crate::stream::past(deadline.as_ref()) => {
+                        // Dropping the receiver: the run's further events go to its log only.
+                        drop(receiver);
+                        let envelope = shows_errors.then(|| {
+                            EventLog::new(run_id).emit(
+                                "error",
+                                json!({"code": error.code(), "message": error.to_string(),
+                                       "agentRole": Value::Null, "recoverable": false}),
+                            )
+                        });
+                        Some((envelope, (None, None)))
+                    }
+                }
+            }
+        });
+    futures::StreamExt::filter_map(stream, futures::future::ready)
 }

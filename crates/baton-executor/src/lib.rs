@@ -85,6 +85,7 @@
 //! ```
 
 pub mod agents;
+pub mod bounds;
 pub mod budgets;
 pub mod cache;
 pub mod capture;
@@ -105,6 +106,7 @@ pub mod tool_loop;
 pub mod toolrun;
 pub mod toolset;
 
+pub use bounds::Limits;
 pub use context::{AgentContext, StateScope};
 pub use dispatch::{AgentOutcome, AgentRunner, Dispatcher, McpDirectory, ToolOutcome};
 pub use engine::{CompiledVersion, Engine, EngineConfig};

@@ -61,6 +61,8 @@ pub struct EventStream {
     fill: Option<CacheFill>,
     /// The requested response schema, checked when the stream ends.
     schema: Option<OutputSchema>,
+    /// Past it the stream ends with an `error` event (`limits.max_stream_duration`).
+    deadline: Option<(tokio::time::Instant, ExecutorError)>,
 }
 
 impl EventStream {
@@ -91,7 +93,48 @@ impl EventStream {
             phase: Phase::Start,
             fill: end.fill,
             schema: end.schema,
+            deadline: None,
         }
+    }
+
+    /// Ends the stream after `max` with an `error` event carrying `error`; the provider call is
+    /// dropped and what it produced is logged and billed.
+    pub fn with_deadline(mut self, max: std::time::Duration, error: ExecutorError) -> Self {
+        self.deadline = Some((tokio::time::Instant::now() + max, error));
+        self
+    }
+
+    /// Ends the stream on `error`: `error` event, then `requestCompleted` if anything was
+    /// produced (else `requestFailed`); the log records the partial answer with the error.
+    async fn fail(&mut self, error: &ExecutorError) -> Vec<Option<Value>> {
+        let mut batch = vec![self.emit(
+            "error",
+            json!({"code": error.code(), "message": error.to_string(),
+                   "agentRole": Value::Null, "recoverable": false}),
+        )];
+        let partial = self.accumulator.snapshot();
+        let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
+        self.phase = Phase::Done;
+        if produced {
+            batch.push(self.request_completed());
+        } else {
+            batch.push(self.emit(
+                "requestFailed",
+                json!({"code": error.code(), "message": error.to_string()}),
+            ));
+        }
+        if let Some(mut log) = self.log.take() {
+            log.finish_partial(
+                &self.call.provider_key,
+                &self.call.model,
+                &partial,
+                error.code(),
+                &error.to_string(),
+            );
+            log.attach_events(self.events.take_stored());
+            log.flush().await;
+        }
+        batch
     }
 
     fn cost(&self, usage: &Usage) -> Credits {
@@ -162,6 +205,17 @@ impl Drop for EventStream {
     }
 }
 
+/// Resolves with the error once the deadline passes; never without one.
+pub async fn past(deadline: Option<&(tokio::time::Instant, ExecutorError)>) -> ExecutorError {
+    match deadline {
+        Some((at, error)) => {
+            tokio::time::sleep_until(*at).await;
+            error.clone()
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// The envelopes of the stream, as the client's filter lets them through; the caller ends the
 /// stream (SSE: `[DONE]`).
 pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
@@ -185,21 +239,7 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
                         }
                         Some(Err(err)) => {
                             let error = ExecutorError::from(err);
-                            batch.push(s.emit("error", json!({"code": error.code(), "message": error.to_string(),
-                                                              "agentRole": Value::Null, "recoverable": false})));
-                            let partial = s.accumulator.snapshot();
-                            let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
-                            s.phase = Phase::Done;
-                            if produced {
-                                batch.push(s.request_completed());
-                            } else {
-                                batch.push(s.emit("requestFailed", json!({"code": error.code(), "message": error.to_string()})));
-                            }
-                            if let Some(mut log) = s.log.take() {
-                                log.finish_partial(&s.call.provider_key, &s.call.model, &partial, error.code(), &error.to_string());
-                                log.attach_events(s.events.take_stored());
-                                log.flush().await;
-                            }
+                            batch.extend(s.fail(&error).await);
                         }
                         None => {
                             let response = s.accumulator.snapshot();
@@ -236,6 +276,7 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
                         let data = json!({"elapsedMs": s.events.elapsed_ms(), "eventCount": s.events.count()});
                         batch.push(s.emit("heartbeat", data));
                     }
+                    error = past(s.deadline.as_ref()) => batch.extend(s.fail(&error).await),
                 }
             }
             Phase::Done => return None,

@@ -10,6 +10,7 @@ use baton_domain::chat::{
     ContentPart, InferenceRequest, InferenceResponse, Message, Role, ToolCall, ToolChoice, Usage,
 };
 use baton_domain::run::{RunWarning, ToolCallRecord};
+use baton_domain::tool::ToolType;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use serde_json::{Map, Value};
@@ -184,6 +185,8 @@ async fn run_turn(
 ) -> Vec<String> {
     let mut outputs: Vec<String> = vec![String::new(); calls.len()];
     let mut running = FuturesUnordered::new();
+    // Sub-agents this turn starts; past the bound, further ones fail (in call order).
+    let mut agents_started: usize = 0;
     for (index, call) in calls.iter().enumerate() {
         let mut record = ToolCallRecord {
             call_id: call.id.clone(),
@@ -234,6 +237,17 @@ async fn run_turn(
                 continue;
             }
         };
+        if matches!(tool.tool_type, ToolType::Agent | ToolType::CritiqueLoop) {
+            if agents_started >= dispatcher.max_agent_calls_per_turn {
+                let message = format!(
+                    "AGENT_FANOUT_EXCEEDED: one turn may start at most {} sub-agents (Agent and CritiqueLoop calls); '{}' was not run. Call fewer at once.",
+                    dispatcher.max_agent_calls_per_turn, call.name
+                );
+                outputs[index] = finish_failed(&mut record, message, events, records);
+                continue;
+            }
+            agents_started += 1;
+        }
         if let Some((target, source)) = dispatcher.target(tool).await {
             record.target_url = target;
             record.origin_source = source.map(|s| s.as_str().to_string());

@@ -614,6 +614,8 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
         agents: Some(&agents),
         agent_context: agent_context.as_ref(),
         timeout: engine.config().tool_call_timeout,
+        max_result_bytes: engine.config().limits.max_tool_result_bytes,
+        max_agent_calls_per_turn: engine.config().limits.max_agent_calls_per_turn,
     };
     let mut observer = events.clone();
     let mut turns = GatewayTurns {

@@ -110,6 +110,8 @@ async fn calls_of_one_turn_run_in_parallel() {
         agents: None,
         agent_context: None,
         timeout: Duration::from_secs(5),
+        max_result_bytes: 1024 * 1024,
+        max_agent_calls_per_turn: 8,
     };
     let mut model = Script {
         replies: VecDeque::from([
@@ -177,6 +179,8 @@ async fn a_model_failure_keeps_what_was_spent() {
         agents: None,
         agent_context: None,
         timeout: Duration::from_secs(1),
+        max_result_bytes: 1024 * 1024,
+        max_agent_calls_per_turn: 8,
     };
     let mut model = Script {
         replies: VecDeque::from([answer("", &[("a", "t", json!({}))])]),

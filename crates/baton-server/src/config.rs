@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use baton_api::{ApiConfig, McpConfig};
+use baton_api::{ApiConfig, Limits, McpConfig};
 use baton_providers::{BUILT_IN, ProvidersConfig};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -36,6 +36,7 @@ const KNOWN_KEYS: &[&str] = &[
     "tools",
     "retention",
     "mcp",
+    "limits",
     "catalogue_path",
     "providers",
 ];
@@ -71,6 +72,8 @@ pub struct Config {
     pub retention: RetentionConfig,
     #[serde(default)]
     pub mcp: McpSection,
+    #[serde(default)]
+    pub limits: LimitsConfig,
     /// Exact addresses the outbound guard lets through although they are private (test servers
     /// on loopback). Not configurable from files or the environment, on purpose.
     #[serde(skip)]
@@ -200,6 +203,63 @@ impl Default for ToolsConfig {
             connect_timeout_ms: u64::try_from(api.tool_connect_timeout.as_millis())
                 .unwrap_or(10_000),
         }
+    }
+}
+
+/// Abuse limits (`docs/reliability.md` "Abuse limits"). The request body bound is
+/// `[server] max_body_bytes`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Messages in one chat or inference request (400 `VALIDATION_ERROR` naming `messages`).
+    pub max_messages: usize,
+    /// Bytes of one tool result, counted while reading; more fails the tool call.
+    pub max_tool_result_bytes: usize,
+    /// Lifetime of an event stream; then it ends with an `error` event.
+    pub max_stream_duration_secs: u64,
+    /// Agent and CritiqueLoop calls one model turn may start; the excess calls fail.
+    pub max_agent_calls_per_turn: usize,
+    /// Open event streams per tenant (per instance); the next one gets 429 `RATE_LIMITED`.
+    pub max_streams_per_tenant: usize,
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        let limits = Limits::default();
+        Self {
+            max_messages: limits.max_messages,
+            max_tool_result_bytes: limits.max_tool_result_bytes,
+            max_stream_duration_secs: limits.max_stream_duration.as_secs(),
+            max_agent_calls_per_turn: limits.max_agent_calls_per_turn,
+            max_streams_per_tenant: limits.max_streams_per_tenant,
+        }
+    }
+}
+
+impl LimitsConfig {
+    fn limits(&self) -> Result<Limits, ServerError> {
+        let positive = |value: u64, key: &str| {
+            if value == 0 {
+                Err(ServerError::Config(format!(
+                    "limits.{key} must be at least 1"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let size = |value: usize| u64::try_from(value).unwrap_or(u64::MAX);
+        positive(size(self.max_messages), "max_messages")?;
+        positive(size(self.max_tool_result_bytes), "max_tool_result_bytes")?;
+        positive(self.max_stream_duration_secs, "max_stream_duration_secs")?;
+        positive(size(self.max_streams_per_tenant), "max_streams_per_tenant")?;
+        // Zero agent calls per turn is allowed: it turns sub-agents off.
+        Ok(Limits {
+            max_messages: self.max_messages,
+            max_tool_result_bytes: self.max_tool_result_bytes,
+            max_stream_duration: Duration::from_secs(self.max_stream_duration_secs),
+            max_agent_calls_per_turn: self.max_agent_calls_per_turn,
+            max_streams_per_tenant: self.max_streams_per_tenant,
+        })
     }
 }
 
@@ -358,6 +418,7 @@ impl Config {
             tool_call_timeout: Duration::from_millis(self.tools.call_timeout_ms.max(1)),
             tool_connect_timeout: Duration::from_millis(self.tools.connect_timeout_ms.max(1)),
             mcp: self.mcp.api_config(self.bind),
+            limits: self.limits.limits()?,
             router: RouterConfig {
                 breaker: BreakerConfig {
                     threshold: self.routing.breaker_failure_threshold.max(1),
@@ -412,11 +473,16 @@ mod tests {
             );
             jail.set_env("BATON_PROVIDERS__OPENAI__API_KEY", "sk-env");
             jail.set_env("BATON_ROUTING__BREAKER_COOLDOWN_MS", "1500");
+            jail.set_env("BATON_LIMITS__MAX_STREAMS_PER_TENANT", "7");
             let config = Config::load(None).map_err(|e| e.to_string())?;
             let openai = &config.providers["openai"];
             assert_eq!(openai.base_url.as_deref(), Some("http://localhost:9000/v1"));
             assert!(openai.api_key.is_some());
             assert_eq!(config.routing.breaker_cooldown_ms, 1500);
+            assert_eq!(config.limits.max_streams_per_tenant, 7);
+            let limits = config.api_config().map_err(|e| e.to_string())?.limits;
+            assert_eq!(limits.max_streams_per_tenant, 7);
+            assert_eq!(limits.max_messages, Limits::default().max_messages);
             assert_eq!(config.database_url, "sqlite://x.db");
             assert_eq!(config.server.max_body_bytes, 2048);
             assert_eq!(config.auth.login_attempts_per_minute, 3);
@@ -469,6 +535,17 @@ mod tests {
             let mcp = config.api_config().map_err(|e| e.to_string())?.mcp;
             assert_eq!(mcp.allowed_hosts, ["baton.example.com", "localhost:8080"]);
             assert_eq!(mcp.allowed_origins, ["https://app.example.com"]);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_zero_limit_is_refused_naming_the_key() {
+        Jail::expect_with(|jail| {
+            jail.create_file("baton.toml", "[limits]\nmax_stream_duration_secs = 0\n")?;
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            let err = config.api_config().unwrap_err().to_string();
+            assert!(err.contains("limits.max_stream_duration_secs"), "{err}");
             Ok(())
         });
     }

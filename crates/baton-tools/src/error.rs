@@ -9,7 +9,7 @@ pub enum ToolError {
     Forbidden { target: String, reason: String },
     #[error("more than {0} redirects")]
     TooManyRedirects(usize),
-    #[error("the response is larger than {limit} bytes")]
+    #[error("the tool result is larger than the limit of {limit} bytes")]
     TooLarge { limit: usize },
     #[error("the tool did not answer in time")]
     Timeout,

@@ -71,7 +71,7 @@ pub async fn discover(
     timeout: Duration,
 ) -> Result<Vec<DiscoveredTool>, ToolError> {
     let deadline = Instant::now() + timeout;
-    let session = within(deadline, connect(client, endpoint)).await?;
+    let session = within(deadline, connect(client, endpoint, None)).await?;
     let tools = within(deadline, list_tools(&session, endpoint.url)).await;
     disconnect(session, deadline).await;
     tools
@@ -90,7 +90,7 @@ pub async fn call_tool(
     max_bytes: usize,
 ) -> Result<String, ToolError> {
     let deadline = Instant::now() + timeout;
-    let session = within(deadline, connect(client, endpoint)).await?;
+    let session = within(deadline, connect(client, endpoint, Some(max_bytes))).await?;
     let params = CallToolRequestParams::new(name.to_string()).with_arguments(arguments);
     let result = within(deadline, async {
         session
@@ -119,11 +119,25 @@ async fn within<T>(
         .unwrap_or(Err(ToolError::Timeout))
 }
 
-async fn connect(client: &GuardedClient, endpoint: McpEndpoint<'_>) -> Result<Session, ToolError> {
+/// `max_result_bytes` bounds what the transport reads of one server event while reading (the
+/// JSON-RPC envelope around a result: escaping can double the text, hence the margin); the
+/// result's text is checked exactly afterwards. JSON (non-SSE) answers are bounded by rmcp itself
+/// (16 MiB) while reading.
+async fn connect(
+    client: &GuardedClient,
+    endpoint: McpEndpoint<'_>,
+    max_result_bytes: Option<usize>,
+) -> Result<Session, ToolError> {
     // IP literals are checked here; names are checked by the guarded resolver on each request.
     client.policy().check_url(endpoint.url)?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.as_str());
     config.custom_headers = header_map(endpoint.headers)?;
+    if let Some(max) = max_result_bytes {
+        config.max_sse_event_size = max
+            .saturating_mul(2)
+            .saturating_add(64 * 1024)
+            .min(config.max_sse_event_size);
+    }
     let transport = StreamableHttpClientTransport::with_client(client.inner().clone(), config);
     let identity = ClientConfig::new(
         ClientCapabilities::default(),

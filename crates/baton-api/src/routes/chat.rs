@@ -33,6 +33,7 @@ use crate::gateway::{answer, open_stream, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, event_stream};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
+use crate::streams::holding;
 use baton_executor::budgets::estimate_credits;
 use baton_executor::capture;
 use tracing::Instrument;
@@ -63,6 +64,8 @@ fn now_secs() -> i64 {
         (status = 400, description = "Invalid request", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "Unknown provider or model", body = ErrorResponse),
+        (status = 413, description = "The body is larger than the configured limit", body = ErrorResponse),
+        (status = 429, description = "Rate limited, or too many open streams (stream=true); see Retry-After", body = ErrorResponse),
         (status = 502, description = "The provider failed", body = ErrorResponse),
         (status = 504, description = "The provider timed out", body = ErrorResponse),
     ))]
@@ -111,9 +114,19 @@ async fn serve_chat(
     body: ChatCompletionRequest,
 ) -> ApiResult<Response> {
     let tags = header_tags(&headers)?;
+    state
+        .config
+        .limits
+        .check_messages(body.messages.len())
+        .map_err(|message| ApiError::validation("messages", message))?;
     let parsed = parse(body)?;
     let customer = customer_of(&headers, parsed.customer.as_deref())?;
     let settings = state.tenant_settings(&principal.tenant).await?;
+    // Taken before anything runs: a refused stream calls and records nothing.
+    let slot = parsed
+        .stream
+        .then(|| state.streams.acquire(&principal.tenant))
+        .transpose()?;
     let event_options = (parsed.stream && chat_events::wants_events(&parsed.stream_options))
         .then(|| EventOptions::parse(&parsed.stream_options))
         .transpose()?;
@@ -254,10 +267,18 @@ async fn serve_chat(
     let pricing = answer.pricing(pricing);
     let fill = answer.cache_fill(&state.engine, &plan);
     let upstream = answer.value;
+    let limits = state.config.limits;
+    let Some(slot) = slot else {
+        return Err(ApiError::Internal("a stream without a stream slot".into()));
+    };
     let mut reply = if let Some(options) = event_options {
         let end = StreamEnd { fill, schema };
-        let stream = EventStream::new(upstream, events, options, log, pricing, call, end);
-        Sse::new(event_stream(stream)).into_response()
+        let stream = EventStream::new(upstream, events, options, log, pricing, call, end)
+            .with_deadline(
+                limits.max_stream_duration,
+                limits.stream_duration_exceeded(),
+            );
+        Sse::new(holding(slot, event_stream(stream))).into_response()
     } else {
         let writer = ChunkWriter::new(
             request_id.0.clone(),
@@ -278,8 +299,10 @@ async fn serve_chat(
             fill,
             schema,
             call,
+            deadline: tokio::time::Instant::now() + limits.max_stream_duration,
+            expired: limits.stream_duration_exceeded(),
         };
-        Sse::new(chunk_events(state)).into_response()
+        Sse::new(holding(slot, chunk_events(state))).into_response()
     };
     mark_fallback(&mut reply, answer.fallback_used);
     Ok(reply)
@@ -354,6 +377,9 @@ struct ChunkStream {
     fill: Option<CacheFill>,
     /// The requested response schema, checked when the stream ends.
     schema: Option<OutputSchema>,
+    /// Past it the stream ends with an error chunk (`limits.max_stream_duration`).
+    deadline: tokio::time::Instant,
+    expired: ExecutorError,
 }
 
 impl ChunkStream {
@@ -416,6 +442,16 @@ impl Drop for ChunkStream {
     }
 }
 
+/// The next upstream delta, or the stream's expiry once its deadline passes.
+async fn next_or_expired(
+    state: &mut ChunkStream,
+) -> Option<Result<baton_domain::chat::StreamDelta, ExecutorError>> {
+    tokio::select! {
+        item = state.upstream.next() => item.map(|item| item.map_err(ExecutorError::from)),
+        () = tokio::time::sleep_until(state.deadline) => Some(Err(state.expired.clone())),
+    }
+}
+
 /// Relays upstream deltas as chunks: role chunk, content chunks, final usage chunk, `[DONE]`.
 fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     futures::stream::unfold(state, |mut state| async move {
@@ -426,15 +462,14 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                 let role = state.writer.role();
                 batch.push(state.event(&role));
             }
-            Phase::Relay => match state.upstream.next().await {
+            Phase::Relay => match next_or_expired(&mut state).await {
                 Some(Ok(delta)) => {
                     state.accumulator.push(&delta);
                     if let Some(chunk) = state.writer.delta(&delta) {
                         batch.push(state.event(&chunk));
                     }
                 }
-                Some(Err(err)) => {
-                    let error = ExecutorError::from(err);
+                Some(Err(error)) => {
                     let body = error_chunk(&error, &state.request_id);
                     batch.push(state.event(&body));
                     batch.push(state.done());

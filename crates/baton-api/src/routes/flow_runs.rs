@@ -23,6 +23,7 @@ use crate::gateway::RequestTimeouts;
 use crate::routes::chat::{capture_level, customer_of, header_tags};
 use crate::routes::chat_events::{EventOptions, sse_envelopes};
 use crate::state::AppState;
+use crate::streams::holding;
 use crate::toolrun::{Callback, CallbackHeaders};
 use tracing::Instrument;
 
@@ -172,6 +173,8 @@ impl From<FlowRunOutcome> for FlowRunResponse {
         (status = 400, description = "Invalid request, or no version active", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such flow, or unknown model", body = ErrorResponse),
+        (status = 413, description = "The body is larger than the configured limit", body = ErrorResponse),
+        (status = 429, description = "Rate limited, or too many open streams (stream=true); see Retry-After", body = ErrorResponse),
         (status = 502, description = "Every model failed", body = ErrorResponse),
         (status = 504, description = "The provider timed out", body = ErrorResponse),
     ))]
@@ -220,12 +223,14 @@ pub async fn run_flow(
         None => tracing::Span::none(),
     };
     if body.stream {
+        // Taken before the run starts: a refused stream runs and records nothing.
+        let slot = state.streams.acquire(&principal.tenant)?;
         let envelopes = state
             .engine
             .run_flow_stream(request)
             .instrument(span)
             .await?;
-        return Ok(Sse::new(sse_envelopes(envelopes)).into_response());
+        return Ok(Sse::new(holding(slot, sse_envelopes(envelopes))).into_response());
     }
     let outcome = state.engine.run_flow(request).instrument(span).await?;
     Ok(axum::Json(FlowRunResponse::from(outcome)).into_response())

@@ -160,6 +160,11 @@ async fn serve_inference(
             "messages must contain at least one message",
         ));
     }
+    state
+        .config
+        .limits
+        .check_messages(body.messages.len())
+        .map_err(|message| ApiError::validation("messages", message))?;
     let messages = body
         .messages
         .into_iter()
