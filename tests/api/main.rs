@@ -17,6 +17,7 @@ mod customers;
 mod environments;
 mod flows;
 mod health;
+mod limits;
 mod llm_logs;
 mod mcp_server;
 mod openapi;
