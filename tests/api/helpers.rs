@@ -368,3 +368,47 @@ pub async fn openapi_doc(app: &TestApp) -> Value {
     assert_eq!(response.status, 200);
     response.json()
 }
+
+/// Everything the server logged in this test process (debug and up for Baton's crates), with
+/// the debug capture layer (`x_log_level`) installed beside it. One subscriber for the whole
+/// binary: whichever test comes first installs it.
+pub fn captured_log() -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    static LOG: std::sync::OnceLock<std::sync::Arc<std::sync::Mutex<Vec<u8>>>> =
+        std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let buffer = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        let fmt = tracing_subscriber::fmt::layer()
+            .with_ansi(false)
+            .with_writer(move || LogWriter(writer.clone()))
+            .with_filter(tracing_subscriber::EnvFilter::new(
+                "info,baton_api=trace,baton_executor=trace,baton_providers=trace,baton_tools=trace,baton_store=debug,baton_server=trace,tower_http=trace,rmcp=debug",
+            ));
+        let capture = baton_api::capture::CaptureLayer;
+        let _ = tracing_subscriber::registry()
+            .with(fmt)
+            .with(capture.with_filter(baton_api::capture::CaptureLayer::filter()))
+            .try_init();
+        buffer
+    })
+    .clone()
+}
+
+struct LogWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use baton_providers::ProviderConfig;
-use baton_testkit::{FastMock, FastMockOptions};
 use baton_testkit::tool_host::ToolHost;
+use baton_testkit::{FastMock, FastMockOptions};
 use baton_testkit::{MockMcpServer, Reply};
 use futures::StreamExt;
 use reqwest::Method;
@@ -218,7 +218,10 @@ async fn tool_results_over_the_limit_fail_the_call_and_the_run_goes_on() {
     let imported = s
         .ok(
             Method::POST,
-            &format!("/api/v1/mcp-servers/{}/import", server["id"].as_str().unwrap()),
+            &format!(
+                "/api/v1/mcp-servers/{}/import",
+                server["id"].as_str().unwrap()
+            ),
             Some(json!({"toolNames": ["big"]})),
         )
         .await;
@@ -364,7 +367,10 @@ async fn streams_end_with_an_error_event_at_their_maximum_duration() {
     );
     let id = chunks.headers["x-request-id"].to_str().unwrap().to_string();
     let logged = wait_for_run(&app, &id).await;
-    assert_eq!(logged.error_code.as_deref(), Some("STREAM_DURATION_EXCEEDED"));
+    assert_eq!(
+        logged.error_code.as_deref(),
+        Some("STREAM_DURATION_EXCEEDED")
+    );
     let text = logged.response.as_ref().unwrap()["text"].as_str().unwrap();
     assert!(!text.is_empty(), "what was streamed is kept");
 
@@ -386,7 +392,10 @@ async fn streams_end_with_an_error_event_at_their_maximum_duration() {
     assert_eq!(envelopes.last().unwrap()["type"], "requestCompleted");
     let id = events.headers["x-request-id"].to_str().unwrap().to_string();
     let logged = wait_for_run(&app, &id).await;
-    assert_eq!(logged.error_code.as_deref(), Some("STREAM_DURATION_EXCEEDED"));
+    assert_eq!(
+        logged.error_code.as_deref(),
+        Some("STREAM_DURATION_EXCEEDED")
+    );
 }
 
 #[tokio::test]
@@ -469,7 +478,11 @@ async fn open_streams_per_tenant_are_bounded_and_released_on_disconnect() {
         .await;
     flow_stream.error(429, "RATE_LIMITED");
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(log_count(&app, &key).await, before, "refused streams record nothing");
+    assert_eq!(
+        log_count(&app, &key).await,
+        before,
+        "refused streams record nothing"
+    );
     // Non-streamed requests and other tenants are not affected.
     let other_stream = app
         .client

@@ -804,16 +804,7 @@ async fn another_tenants_runs_are_not_found_and_never_listed() {
 
 /// The capture layer of `baton_server::telemetry`, installed once for the test process.
 fn capture_log_lines() {
-    use tracing_subscriber::Layer;
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let capture = baton_api::capture::CaptureLayer;
-        let _ = tracing_subscriber::registry()
-            .with(capture.with_filter(baton_api::capture::CaptureLayer::filter()))
-            .try_init();
-    });
+    let _ = crate::helpers::captured_log();
 }
 
 async fn chat_with_level(app: &TestApp, level: Option<&str>) -> crate::helpers::Response {

@@ -25,6 +25,7 @@ mod python_mcp;
 mod python_sdk;
 mod retention;
 mod routing;
+mod secrets;
 mod settings;
 mod statistics;
 mod tools;

@@ -400,6 +400,17 @@ pub struct Tool {
     pub updated_at: Timestamp,
 }
 
+impl Tool {
+    /// The record as clients see it: header values (often credentials) replaced by
+    /// [`REDACTED`]; they are only ever sent to the tool's host.
+    pub fn redacted(mut self) -> Tool {
+        for value in self.config.headers.values_mut() {
+            *value = REDACTED.to_string();
+        }
+        self
+    }
+}
+
 /// The type-specific fields; those of other types are absent (null).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

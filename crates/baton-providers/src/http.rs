@@ -33,14 +33,92 @@ pub async fn send(
     model: &str,
     request: RequestBuilder,
 ) -> ProviderResult<Response> {
-    let response = request
-        .send()
+    let (client, request) = request.build_split();
+    let request = request.map_err(|e| transport_error(provider, e))?;
+    let secrets = credentials(&request);
+    let response = client
+        .execute(request)
         .await
         .map_err(|e| transport_error(provider, e))?;
     if response.status().is_success() {
         Ok(response)
     } else {
-        Err(status_error(provider, model, response).await)
+        Err(scrubbed(
+            status_error(provider, model, response).await,
+            &secrets,
+        ))
+    }
+}
+
+/// Headers and query parameters that carry a provider credential.
+const CREDENTIAL_HEADERS: &[&str] = &[
+    "authorization",
+    "proxy-authorization",
+    "api-key",
+    "x-api-key",
+    "x-goog-api-key",
+];
+const CREDENTIAL_QUERY: &[&str] = &["key", "api-key", "api_key"];
+/// Shorter values are not scrubbed: they would cut ordinary words out of messages.
+const MIN_SECRET_LEN: usize = 8;
+
+/// The credentials a request carries (header values, the token of `Bearer <token>`, key query
+/// parameters), to scrub from what the provider answers: some servers echo the key they refused.
+fn credentials(request: &reqwest::Request) -> Vec<String> {
+    let mut secrets = Vec::new();
+    for name in CREDENTIAL_HEADERS {
+        for value in request.headers().get_all(*name) {
+            if let Ok(value) = value.to_str() {
+                secrets.push(value.trim().to_string());
+                if let Some((_, token)) = value.trim().split_once(' ') {
+                    secrets.push(token.trim().to_string());
+                }
+            }
+        }
+    }
+    for (name, value) in request.url().query_pairs() {
+        if CREDENTIAL_QUERY.contains(&name.as_ref()) {
+            secrets.push(value.into_owned());
+        }
+    }
+    secrets.retain(|s| s.len() >= MIN_SECRET_LEN);
+    // Longest first, so a whole header value goes before the token inside it.
+    secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    secrets
+}
+
+/// `err` with every credential in its provider message replaced by `[redacted]`.
+fn scrubbed(err: ProviderError, secrets: &[String]) -> ProviderError {
+    let scrub = |mut message: String| {
+        for secret in secrets {
+            if message.contains(secret.as_str()) {
+                message = message.replace(secret.as_str(), "[redacted]");
+            }
+        }
+        message
+    };
+    match err {
+        ProviderError::Status {
+            provider,
+            status,
+            message,
+            retry_after,
+        } => ProviderError::Status {
+            provider,
+            status,
+            message: scrub(message),
+            retry_after,
+        },
+        ProviderError::ModelNotFound {
+            provider,
+            model,
+            message,
+        } => ProviderError::ModelNotFound {
+            provider,
+            model,
+            message: scrub(message),
+        },
+        other => other,
     }
 }
 
@@ -182,6 +260,36 @@ mod tests {
             );
         }
         assert_eq!(error_message(b"<html>"), None);
+    }
+
+    #[test]
+    fn credentials_echoed_by_a_provider_are_scrubbed() {
+        let request = reqwest::Client::new()
+            .post("https://p.example/v1/x?key=AIza-query-secret&alt=sse")
+            .bearer_auth("sk-bearer-secret")
+            .header("x-api-key", "sk-ant-header-secret")
+            .header("api-key", "short")
+            .build()
+            .unwrap();
+        let secrets = credentials(&request);
+        let err = ProviderError::Status {
+            provider: "p".into(),
+            status: 401,
+            message: "Incorrect API key provided: sk-bearer-secret (Bearer sk-bearer-secret), \
+                      sk-ant-header-secret, AIza-query-secret; short stays"
+                .into(),
+            retry_after: None,
+        };
+        let message = scrubbed(err, &secrets).to_string();
+        for secret in [
+            "sk-bearer-secret",
+            "sk-ant-header-secret",
+            "AIza-query-secret",
+        ] {
+            assert!(!message.contains(secret), "{message}");
+        }
+        assert!(message.contains("[redacted]"), "{message}");
+        assert!(message.contains("short stays"), "{message}");
     }
 
     #[test]

@@ -34,7 +34,8 @@ pub async fn export(
             .list_tools(&principal.tenant)
             .await?
             .into_iter()
-            .map(|tool| serde_json::to_value(tool).unwrap_or_default())
+            // Header values are credentials: an import gets the redacted value to replace.
+            .map(|tool| serde_json::to_value(tool.redacted()).unwrap_or_default())
             .collect(),
     }))
 }

@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use baton_domain::TenantId;
-use baton_domain::tool::{Tool, ToolInput, ToolUsage, ValidTool};
+use baton_domain::tool::{REDACTED, Tool, ToolInput, ToolUsage, ValidTool};
 use baton_store::StoreError;
 
 use crate::auth::Principal;
@@ -85,7 +85,15 @@ pub async fn list_tools(
     State(state): State<AppState>,
     principal: Principal,
 ) -> ApiResult<axum::Json<Vec<Tool>>> {
-    Ok(axum::Json(state.store.list_tools(&principal.tenant).await?))
+    Ok(axum::Json(
+        state
+            .store
+            .list_tools(&principal.tenant)
+            .await?
+            .into_iter()
+            .map(Tool::redacted)
+            .collect(),
+    ))
 }
 
 #[utoipa::path(post, path = "/api/v1/tools", tag = "tools", request_body = ToolInput,
@@ -103,7 +111,7 @@ pub async fn create_tool(
     let tool = validate(&state, &principal.tenant, body).await?;
     let created = state.store.create_tool(&principal.tenant, &tool).await?;
     state.engine.forget_tools(&principal.tenant);
-    Ok((StatusCode::CREATED, axum::Json(created)))
+    Ok((StatusCode::CREATED, axum::Json(created.redacted())))
 }
 
 #[utoipa::path(get, path = "/api/v1/tools/{id}", tag = "tools",
@@ -119,7 +127,11 @@ pub async fn get_tool(
     PathParam(id): PathParam,
 ) -> ApiResult<axum::Json<Tool>> {
     Ok(axum::Json(
-        state.store.get_tool(&principal.tenant, &id).await?,
+        state
+            .store
+            .get_tool(&principal.tenant, &id)
+            .await?
+            .redacted(),
     ))
 }
 
@@ -137,16 +149,26 @@ pub async fn update_tool(
     State(state): State<AppState>,
     principal: Principal,
     PathParam(id): PathParam,
-    Json(body): Json<ToolInput>,
+    Json(mut body): Json<ToolInput>,
 ) -> ApiResult<axum::Json<Tool>> {
-    state.store.get_tool(&principal.tenant, &id).await?;
+    let stored = state.store.get_tool(&principal.tenant, &id).await?;
+    // A header sent back with the redacted value keeps its stored value.
+    if let Some(headers) = body.headers.as_mut() {
+        for (name, value) in headers.iter_mut() {
+            if value == REDACTED
+                && let Some(kept) = stored.config.headers.get(name)
+            {
+                value.clone_from(kept);
+            }
+        }
+    }
     let tool = validate(&state, &principal.tenant, body).await?;
     let updated = state
         .store
         .update_tool(&principal.tenant, &id, &tool)
         .await?;
     state.engine.forget_tools(&principal.tenant);
-    Ok(axum::Json(updated))
+    Ok(axum::Json(updated.redacted()))
 }
 
 #[utoipa::path(delete, path = "/api/v1/tools/{id}", tag = "tools",
