@@ -106,7 +106,7 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
         .post("/api/v1/api-keys", &session, json!({"name": "hygiene"}))
         .await;
     assert_eq!(created.status, 201, "{}", created.text);
-    let second_key = created.json()["key"].as_str().unwrap().to_string();
+    let second_key = created.json()["apiKey"].as_str().unwrap().to_string();
     seen.keep(&s.app.get("/api/v1/api-keys", &session).await);
     seen.keep(&s.app.get("/api/v1/environments", &second_key).await);
     seen.keep(
@@ -248,6 +248,14 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
             .any(|r| r.header("x-tool-token") == Some(CALLBACK_TOKEN))
     );
     assert!(!mcp.calls().is_empty());
+    let bearer = format!("Bearer {PROVIDER_KEY}");
+    assert!(
+        s.mock
+            .received()
+            .iter()
+            .all(|r| r.headers["authorization"] == bearer.as_str()),
+        "the provider key was sent with every call"
+    );
 
     // Reading back: tools, MCP servers, export, budgets, the log API.
     let budget = s
@@ -256,7 +264,7 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
             "/api/v1/budgets",
             &s.key,
             json!({"name": "b", "period": "Day", "limitCredits": 1000000,
-                   "webhookUrl": format!("{origin}/hook")}),
+                   "webhookUrl": "https://hooks.example.com/baton"}),
         )
         .await;
     assert_eq!(budget.status, 201, "{}", budget.text);
@@ -275,7 +283,7 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
     for id in &run_ids {
         wait_for_run(&s.app, id).await;
     }
-    let page = seen.keep(&s.app.get("/api/v1/llm-logs?limit=100", &s.key).await);
+    let page = seen.keep(&s.app.get("/api/v1/llm-logs?pageSize=100", &s.key).await);
     let ids: Vec<String> = page["items"]
         .as_array()
         .unwrap()
@@ -294,6 +302,10 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
         seen.keep(&s.app.get(&format!("/api/v1/runs/{id}"), &s.key).await);
     }
 
+    let tool = s
+        .ok(Method::GET, &format!("/api/v1/tools/{fixed}"), None)
+        .await;
+    assert_eq!(tool["headers"]["Authorization"], "********");
     let tenant_key = s.key.clone();
     let log_text = {
         let bytes = log.lock().unwrap().clone();
@@ -323,4 +335,63 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
         assert!(!responses.contains(secret), "{secret} in a response");
         assert!(!log_text.contains(secret), "{secret} in the log output");
     }
+}
+
+/// External tool headers are shown redacted; sending the redacted value back keeps the stored
+/// one (the tool host still gets it), a new value replaces it.
+#[tokio::test]
+async fn tool_header_values_are_redacted_and_kept_on_update() {
+    let s = crate::tools::setup().await;
+    let url = format!("{}/sleep?ms=1", s.host.origin());
+    let id = s
+        .tool(
+            json!({"name": "fixed", "toolType": "External", "webUrl": url,
+                     "headers": {"X-Api-Key": TOOL_HEADER}}),
+        )
+        .await;
+    let listed = s.ok(Method::GET, "/api/v1/tools", None).await;
+    assert_eq!(listed[0]["headers"]["X-Api-Key"], "********");
+    let export = s.ok(Method::GET, "/api/v1/export", None).await;
+    assert!(!export.to_string().contains(TOOL_HEADER));
+    let updated = s
+        .ok(
+            Method::PUT,
+            &format!("/api/v1/tools/{id}"),
+            Some(
+                json!({"name": "fixed", "toolType": "External", "webUrl": url,
+                        "description": "changed", "headers": {"X-Api-Key": "********"}}),
+            ),
+        )
+        .await;
+    assert_eq!(updated["headers"]["X-Api-Key"], "********");
+    let flow = s
+        .flow(
+            "Keyed",
+            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[("c1", "fixed", json!({}))]));
+    s.mock.push(Reply::text("done"));
+    s.run(&flow, json!({}), &[]).await;
+    assert_eq!(
+        s.host.requests().last().unwrap().header("x-api-key"),
+        Some(TOOL_HEADER),
+        "the stored value was kept"
+    );
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/tools/{id}"),
+        Some(
+            json!({"name": "fixed", "toolType": "External", "webUrl": url,
+                    "headers": {"X-Api-Key": "new-value"}}),
+        ),
+    )
+    .await;
+    s.mock.push(calls(&[("c1", "fixed", json!({}))]));
+    s.mock.push(Reply::text("done"));
+    s.run(&flow, json!({}), &[]).await;
+    assert_eq!(
+        s.host.requests().last().unwrap().header("x-api-key"),
+        Some("new-value")
+    );
 }
