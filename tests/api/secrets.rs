@@ -130,7 +130,7 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
     seen.keep(&ok);
     s.mock.push(Reply::status(
         401,
-        &format!("Incorrect API key provided: {PROVIDER_KEY}. Bearer {PROVIDER_KEY}"),
+        format!("Incorrect API key provided: {PROVIDER_KEY}. Bearer {PROVIDER_KEY}"),
     ));
     let echoed = s
         .app
@@ -158,7 +158,7 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
             .await,
     );
     s.mock
-        .push(Reply::status(500, &format!("upstream saw {PROVIDER_KEY}")));
+        .push(Reply::status(500, format!("upstream saw {PROVIDER_KEY}")));
     seen.keep(
         &s.app
             .post(
