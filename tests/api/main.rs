@@ -12,6 +12,7 @@ mod auth;
 mod budgets;
 mod chat;
 mod cli;
+mod conformance;
 mod cross_tenant;
 mod customers;
 mod environments;

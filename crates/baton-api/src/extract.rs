@@ -48,6 +48,15 @@ where
                 }
             }
         })?;
+        // Every body of this API is a JSON object, but serde also reads a struct from an array
+        // (`[null, null]` was a patch that changed nothing): refuse it as the document does.
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return Err(ApiError::Invalid {
+                code: "VALIDATION_ERROR",
+                message: "the body must be a JSON object".into(),
+                param: None,
+            });
+        }
         parse_json(&bytes).map(Json)
     }
 }

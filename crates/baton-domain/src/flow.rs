@@ -225,7 +225,12 @@ pub struct TemplateInput {
     pub llm: Option<String>,
     #[serde(default)]
     pub temperature: Option<f64>,
+    /// Tool turns before the last call without tools; any 32-bit unsigned count.
     #[serde(default)]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = Option<i64>, minimum = 0, maximum = 4_294_967_295_i64)
+    )]
     pub max_tool_calls: Option<u32>,
     #[serde(default)]
     pub tool_ids: Vec<String>,

@@ -85,7 +85,8 @@ pub fn parse_span(raw: &str, param: &str) -> crate::DomainResult<i64> {
             .and_then(|d| d.checked_add(h * MS_PER_HOUR + m * MS_PER_MINUTE + s * MS_PER_SECOND))
             .ok_or_else(invalid)?
     } else {
-        let unit_at = text.len().checked_sub(1).ok_or_else(invalid)?;
+        // The unit is the last character, which may be several bytes long in odd input.
+        let (unit_at, _) = text.char_indices().next_back().ok_or_else(invalid)?;
         let (count, unit) = text.split_at(unit_at);
         let per = match unit {
             "w" => 7 * MS_PER_DAY,
@@ -153,6 +154,10 @@ mod tests {
             "abc",
             "1.5d",
             "99999d",
+            // Multi-byte last characters once split inside a character and panicked.
+            "î",
+            "7é",
+            "Uz\u{72ca9}a\u{d1}",
         ] {
             let err = parse_span(bad, "period").unwrap_err();
             assert!(
