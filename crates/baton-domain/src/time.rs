@@ -49,7 +49,7 @@ const MS_PER_MINUTE: i64 = 60 * MS_PER_SECOND;
 const MS_PER_HOUR: i64 = 60 * MS_PER_MINUTE;
 pub const MS_PER_DAY: i64 = 24 * MS_PER_HOUR;
 /// The longest span accepted anywhere (ten years): bounds the arithmetic, not a product limit.
-const MAX_SPAN_MS: i64 = 3_650 * MS_PER_DAY;
+pub(crate) const MAX_SPAN_MS: i64 = 3_650 * MS_PER_DAY;
 
 /// Parses a time span in milliseconds: the spec's `d.hh:mm:ss` (`7.00:00:00`, also `hh:mm:ss`)
 /// or a count with a unit (`7d`, `24h`, `30m`, `2w`). Must be positive; `param` names the field
@@ -85,8 +85,9 @@ pub fn parse_span(raw: &str, param: &str) -> crate::DomainResult<i64> {
             .and_then(|d| d.checked_add(h * MS_PER_HOUR + m * MS_PER_MINUTE + s * MS_PER_SECOND))
             .ok_or_else(invalid)?
     } else {
-        let unit_at = text.len().checked_sub(1).ok_or_else(invalid)?;
-        let (count, unit) = text.split_at(unit_at);
+        // The unit is the last character, which need not be one byte (`7é`).
+        let last = text.chars().next_back().ok_or_else(invalid)?;
+        let (count, unit) = text.split_at(text.len() - last.len_utf8());
         let per = match unit {
             "w" => 7 * MS_PER_DAY,
             "d" => MS_PER_DAY,
@@ -153,6 +154,10 @@ mod tests {
             "abc",
             "1.5d",
             "99999d",
+            // Found by fuzzing: a non-ASCII last character used to panic the unit split.
+            "é",
+            "7é",
+            "1✓",
         ] {
             let err = parse_span(bad, "period").unwrap_err();
             assert!(
