@@ -32,6 +32,9 @@
 //! inclusions as a second guard.
 
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 mod library;
 mod parse;
 
