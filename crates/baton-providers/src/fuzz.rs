@@ -93,7 +93,7 @@ mod tests {
     use super::*;
 
     /// The mock provider's body for a small answer: the real wire format of each provider.
-    pub(crate) fn body(format: Format, text: &str) -> Vec<u8> {
+    fn body(format: Format, text: &str) -> Vec<u8> {
         let answer = Answer {
             text: text.to_owned(),
             tool_calls: vec![ToolCallReply {
