@@ -3,6 +3,7 @@
 use std::process::{Command, ExitCode};
 
 mod conformance;
+mod fuzz;
 mod load;
 
 fn main() -> ExitCode {
@@ -12,9 +13,10 @@ fn main() -> ExitCode {
         Some("bench") if args.get(1).map(String::as_str) == Some("load") => load::run(&args[2..]),
         Some("bench") => bench(&args[1..]),
         Some("conformance") => conformance::run(&args[1..]),
+        Some("fuzz") => fuzz::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [--smoke] [--duration SECS] [--rate N] [--concurrency N] [--mock-delay-ms MS]\n                      load-test Baton against the fast mock (docs/benchmarks.md)\n  conformance [--max-examples N] [--seed S] [-- SCHEMATHESIS ARGS]\n                      schemathesis against the running service (docs/reliability.md)"
+                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [--smoke] [--duration SECS] [--rate N] [--concurrency N] [--mock-delay-ms MS]\n                      load-test Baton against the fast mock (docs/benchmarks.md)\n  conformance [--max-examples N] [--seed S] [-- SCHEMATHESIS ARGS]\n                      schemathesis against the running service (docs/reliability.md)\n  fuzz [--seconds N] [TARGET...]\n                      run the fuzz targets N seconds each (default 60; docs/reliability.md)"
             );
             return ExitCode::FAILURE;
         }

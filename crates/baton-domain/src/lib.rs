@@ -11,6 +11,9 @@ pub mod customer;
 pub mod environment;
 pub mod error;
 pub mod flow;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod ids;
 pub mod logs;
 pub mod model;

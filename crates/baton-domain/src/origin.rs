@@ -69,7 +69,13 @@ impl CallbackOrigin {
             return Err(invalid("an origin has no path, query or user info"));
         }
         let host = match url.host() {
-            Some(Host::Domain(domain)) => domain.to_string(),
+            // `example.com.` is the same name as `example.com`; `matches` drops a callback's
+            // final dot too, so the pattern must not keep one it could never match.
+            Some(Host::Domain(domain)) => match domain.strip_suffix('.') {
+                Some("") => return Err(invalid("the host is missing")),
+                Some(name) => name.to_string(),
+                None => domain.to_string(),
+            },
             Some(Host::Ipv4(ip)) if !wildcard => ip.to_string(),
             Some(Host::Ipv6(ip)) if !wildcard => format!("[{ip}]"),
             Some(_) => return Err(invalid("a wildcard needs a domain name, not an IP address")),
@@ -238,6 +244,21 @@ mod tests {
             "https://a.example.com/",
             false,
         );
+    }
+
+    /// Found by fuzzing: a pattern written with the root dot never matched anything.
+    #[test]
+    fn a_final_dot_is_the_same_name() {
+        check("a.", "http://a./callback", true);
+        check("app.example.com.", "https://app.example.com/", true);
+        check("*.example.com.", "https://x.example.com./", true);
+        assert_eq!(
+            CallbackOrigin::parse("https://app.example.com.:8443", "o")
+                .unwrap()
+                .to_string(),
+            "https://app.example.com:8443"
+        );
+        assert!(CallbackOrigin::parse("*.com.", "o").is_err());
     }
 
     #[test]

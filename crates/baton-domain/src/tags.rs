@@ -3,7 +3,7 @@
 use crate::{DomainError, DomainResult};
 
 pub const MAX_TAGS: usize = 20;
-const MAX_TAG_LEN: usize = 200;
+pub const MAX_TAG_LEN: usize = 200;
 
 /// Parses the comma-separated `X-Baton-Tags` header.
 pub fn parse_tag_header(header: &str) -> DomainResult<Vec<String>> {

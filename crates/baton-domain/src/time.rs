@@ -49,7 +49,7 @@ const MS_PER_MINUTE: i64 = 60 * MS_PER_SECOND;
 const MS_PER_HOUR: i64 = 60 * MS_PER_MINUTE;
 pub const MS_PER_DAY: i64 = 24 * MS_PER_HOUR;
 /// The longest span accepted anywhere (ten years): bounds the arithmetic, not a product limit.
-const MAX_SPAN_MS: i64 = 3_650 * MS_PER_DAY;
+pub(crate) const MAX_SPAN_MS: i64 = 3_650 * MS_PER_DAY;
 
 /// Parses a time span in milliseconds: the spec's `d.hh:mm:ss` (`7.00:00:00`, also `hh:mm:ss`)
 /// or a count with a unit (`7d`, `24h`, `30m`, `2w`). Must be positive; `param` names the field
@@ -158,6 +158,8 @@ mod tests {
             "î",
             "7é",
             "Uz\u{72ca9}a\u{d1}",
+            "é",
+            "1✓",
         ] {
             let err = parse_span(bad, "period").unwrap_err();
             assert!(

@@ -693,32 +693,40 @@ impl FrameBuffer {
         }
     }
 
-    /// Adds a chunk and returns the frames it completes.
-    pub(crate) fn push(&mut self, chunk: &[u8]) -> Result<Vec<EventMessage>, String> {
+    /// Adds a chunk and returns the frames it completes, in order; a broken frame is an error
+    /// after the complete frames before it (so what they carried does not depend on whether the
+    /// broken one arrived in the same chunk), and nothing after it is read.
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<Result<EventMessage, String>> {
         self.buffer.extend_from_slice(chunk);
         let mut frames = Vec::new();
         while let Some(prefix) = self.buffer.get(..4) {
             let mut prefix = prefix;
             let total = prefix.get_u32() as usize;
             if total > self.max_frame_bytes {
-                return Err(format!(
+                frames.push(Err(format!(
                     "an event-stream frame of {total} bytes exceeds {} bytes",
                     self.max_frame_bytes
-                ));
+                )));
+                break;
             }
             // Prelude (12 bytes) and message CRC (4) at least.
             if total < 16 {
-                return Err(format!("an event-stream frame claims {total} bytes"));
+                frames.push(Err(format!("an event-stream frame claims {total} bytes")));
+                break;
             }
             if self.buffer.len() < total {
                 break;
             }
             let frame = self.buffer.split_to(total).freeze();
-            let message = aws_smithy_eventstream::frame::read_message_from(frame)
-                .map_err(|e| format!("broken event-stream frame: {e}"))?;
-            frames.push(message);
+            match aws_smithy_eventstream::frame::read_message_from(frame) {
+                Ok(message) => frames.push(Ok(message)),
+                Err(e) => {
+                    frames.push(Err(format!("broken event-stream frame: {e}")));
+                    break;
+                }
+            }
         }
-        Ok(frames)
+        frames
     }
 
     /// Bytes of a frame not yet complete.
@@ -950,15 +958,16 @@ struct Decoding {
 impl Decoding {
     /// Queues the deltas of `chunk`; after an error nothing more is read.
     fn feed(&mut self, chunk: &[u8]) {
-        let frames = match self.frames.push(chunk) {
-            Ok(frames) => frames,
-            Err(message) => {
-                self.fail(self.state.invalid(message));
-                return;
-            }
-        };
-        for frame in &frames {
-            match self.state.map(frame) {
+        for frame in self.frames.push(chunk) {
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(message) => {
+                    let err = self.state.invalid(message);
+                    self.fail(err);
+                    return;
+                }
+            };
+            match self.state.map(&frame) {
                 Ok(deltas) => self.ready.extend(deltas.into_iter().map(Ok)),
                 Err(err) => {
                     self.fail(err);
@@ -1660,6 +1669,28 @@ mod tests {
             let err = deltas[1].clone().unwrap_err();
             assert_eq!(err.status(), Some(status), "{kind}");
             assert!(err.to_string().contains("slow down"), "{err}");
+        }
+    }
+
+    /// Found by fuzzing: the deltas of the frames before a broken one were dropped when both
+    /// arrived in one chunk, and kept when they arrived apart.
+    #[tokio::test]
+    async fn frames_before_a_broken_one_count_however_they_arrive() {
+        let good = event("contentBlockDelta", json!({"delta": {"text": "kept"}}));
+        let mut broken = event("contentBlockDelta", json!({"delta": {"text": "lost"}}));
+        broken[5] ^= 0x01; // inside the prelude: its checksum fails
+        let together = decode(vec![[good.clone(), broken.clone()].concat()], false).await;
+        let apart = decode(vec![good, broken], false).await;
+        for deltas in [&together, &apart] {
+            assert_eq!(deltas.len(), 2, "{deltas:?}");
+            assert_eq!(
+                deltas[0].as_ref().unwrap(),
+                &StreamDelta::Text("kept".into())
+            );
+            assert!(matches!(
+                deltas[1],
+                Err(ProviderError::InvalidResponse { .. })
+            ));
         }
     }
 

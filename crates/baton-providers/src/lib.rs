@@ -10,6 +10,9 @@ pub mod bench;
 pub mod catalogue;
 pub mod config;
 pub mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod gemini;
 pub mod http;
 pub mod openai;

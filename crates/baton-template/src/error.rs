@@ -83,6 +83,12 @@ pub enum TemplateError {
     /// Rendering went through more nested templates than allowed.
     #[error("templates are nested more than {limit} levels deep")]
     TooDeep { limit: usize },
+    /// Rendering would produce too much text or go through too many placeholders (templates
+    /// included many times over, or large values repeated).
+    #[error(
+        "the rendered prompt would exceed {limit}: templates include each other too many times or values are too large"
+    )]
+    TooLarge { limit: String },
     /// No template of that name in the set.
     #[error("unknown template '{0}'")]
     UnknownTemplate(String),

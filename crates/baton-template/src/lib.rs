@@ -29,15 +29,21 @@
 //! in [`Rendered::unresolved`]. A template whose `template` includes itself, directly or through
 //! others, fails [`Library::compile`] with [`TemplateError::Cycle`]; a `user_template` may include
 //! its own template's `template` (that cannot recurse). Rendering stops at [`MAX_DEPTH`] nested
-//! inclusions as a second guard.
+//! inclusions as a second guard. Since inclusion multiplies, a set whose fully expanded text
+//! would exceed [`MAX_RENDERED_BYTES`], or go through more than [`MAX_EXPANSIONS`] placeholders,
+//! fails to compile with [`TemplateError::TooLarge`], and so does a render whose values push the
+//! output past [`MAX_RENDERED_BYTES`].
 
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 mod library;
 mod parse;
 
 pub use error::{Field, Position, TemplateError};
 pub use library::{
-    Library, MAX_DEPTH, Parameter, ParameterSource, Rendered, TemplateSource, discover,
-    validate_text,
+    Library, MAX_DEPTH, MAX_EXPANSIONS, MAX_RENDERED_BYTES, Parameter, ParameterSource, Rendered,
+    TemplateSource, discover, validate_text,
 };
 pub use parse::validate_name;

@@ -12,6 +12,15 @@ use crate::parse::{Piece, parse};
 /// this bounds the work of a long legitimate chain.
 pub const MAX_DEPTH: usize = 16;
 
+/// The most text one render may produce. Inclusion multiplies: a template that includes another
+/// ten times, nested a few levels, would otherwise make a prompt of terabytes from kilobytes of
+/// stored text (and the reserved capacity would abort the process).
+pub const MAX_RENDERED_BYTES: usize = 16 * 1024 * 1024;
+
+/// The most placeholders one render may go through, included templates counted each time they
+/// are included: bounds the work of inclusions that produce little or no text.
+pub const MAX_EXPANSIONS: usize = 100_000;
+
 /// One template of a set, as stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TemplateSource<'a> {
@@ -113,6 +122,9 @@ struct Text {
     /// Output length when every placeholder that names a template is expanded and every other
     /// one has an empty value: the fixed part of the capacity a render reserves.
     fixed_len: usize,
+    /// Placeholders a render goes through at most (included templates' own counted per
+    /// inclusion).
+    expansions: usize,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -148,6 +160,7 @@ impl Text {
             source: source.to_owned(),
             segments,
             fixed_len: 0,
+            expansions: 0,
         }
     }
 
@@ -158,19 +171,39 @@ impl Text {
         })
     }
 
-    /// Literal length plus the expanded lengths of included templates (`expanded[i]`, already
-    /// computed because templates are visited children first).
-    fn compute_fixed_len(&mut self, expanded: &[usize]) {
-        self.fixed_len = self
-            .segments
-            .iter()
-            .map(|segment| match *segment {
-                Segment::Literal { start, end } => end - start,
-                Segment::Placeholder { include, .. } => include
-                    .and_then(|index| expanded.get(index).copied())
-                    .unwrap_or(0),
-            })
-            .fold(0, usize::saturating_add);
+    /// Literal length plus the expanded lengths of included templates, and the placeholder
+    /// count likewise (`expanded[i]`, already computed because templates are visited children
+    /// first). Saturating: the totals are compared with the limits, never allocated.
+    fn compute_sizes(&mut self, expanded: &[(usize, usize)]) {
+        let (mut len, mut expansions) = (0usize, 0usize);
+        for segment in &self.segments {
+            match *segment {
+                Segment::Literal { start, end } => len = len.saturating_add(end - start),
+                Segment::Placeholder { include, .. } => {
+                    let (more_len, more) = include
+                        .and_then(|index| expanded.get(index).copied())
+                        .unwrap_or((0, 0));
+                    len = len.saturating_add(more_len);
+                    expansions = expansions.saturating_add(1).saturating_add(more);
+                }
+            }
+        }
+        self.fixed_len = len;
+        self.expansions = expansions;
+    }
+
+    fn check_sizes(&self) -> Result<(), TemplateError> {
+        if self.fixed_len > MAX_RENDERED_BYTES {
+            return Err(TemplateError::TooLarge {
+                limit: format!("{MAX_RENDERED_BYTES} bytes"),
+            });
+        }
+        if self.expansions > MAX_EXPANSIONS {
+            return Err(TemplateError::TooLarge {
+                limit: format!("{MAX_EXPANSIONS} placeholders"),
+            });
+        }
+        Ok(())
     }
 }
 
@@ -204,15 +237,23 @@ impl Library {
         }
 
         let order = children_first(&compiled)?;
-        let mut expanded = vec![0; compiled.len()];
+        let mut expanded = vec![(0, 0); compiled.len()];
         for index in order {
             let template = &mut compiled[index];
-            template.system.compute_fixed_len(&expanded);
-            expanded[index] = template.system.fixed_len;
+            template.system.compute_sizes(&expanded);
+            expanded[index] = (template.system.fixed_len, template.system.expansions);
         }
         for template in &mut compiled {
             if let Some(user) = &mut template.user {
-                user.compute_fixed_len(&expanded);
+                user.compute_sizes(&expanded);
+            }
+        }
+        // A set whose worst case is too large is refused when saved, not when run.
+        for template in &compiled {
+            let named = |error| (template.name.clone(), error);
+            template.system.check_sizes().map_err(named)?;
+            if let Some(user) = &template.user {
+                user.check_sizes().map_err(named)?;
             }
         }
 
@@ -234,13 +275,17 @@ impl Library {
         let template = self.get(name)?;
         // Reserving for every value once avoids regrowth in the common case without a second
         // pass over the placeholders.
-        let values_len = values.values().map(String::len).sum::<usize>();
+        let values_len = values
+            .values()
+            .map(String::len)
+            .fold(0, usize::saturating_add);
+        let capacity = |fixed: usize| fixed.saturating_add(values_len).min(MAX_RENDERED_BYTES);
         let mut unresolved = Vec::new();
-        let mut system = String::with_capacity(template.system.fixed_len + values_len);
+        let mut system = String::with_capacity(capacity(template.system.fixed_len));
         self.render_text(&template.system, values, &mut system, &mut unresolved, 0)?;
         let user = match &template.user {
             Some(text) => {
-                let mut user = String::with_capacity(text.fixed_len + values_len);
+                let mut user = String::with_capacity(capacity(text.fixed_len));
                 self.render_text(text, values, &mut user, &mut unresolved, 0)?;
                 Some(user)
             }
@@ -272,6 +317,12 @@ impl Library {
                     let written = &text.source[start..end];
                     let name = &written[2..written.len() - 2];
                     if let Some(value) = values.get(name) {
+                        // Values repeat with their placeholders: the total is checked as it grows.
+                        if out.len().saturating_add(value.len()) > MAX_RENDERED_BYTES {
+                            return Err(TemplateError::TooLarge {
+                                limit: format!("{MAX_RENDERED_BYTES} bytes"),
+                            });
+                        }
                         out.push_str(value);
                     } else if let Some(index) = include {
                         if depth >= MAX_DEPTH {

@@ -3,8 +3,8 @@
 use std::collections::HashMap;
 
 use baton_template::{
-    Field, Library, MAX_DEPTH, Parameter, ParameterSource, Position, Rendered, TemplateError,
-    TemplateSource, discover, validate_name, validate_text,
+    Field, Library, MAX_DEPTH, MAX_EXPANSIONS, MAX_RENDERED_BYTES, Parameter, ParameterSource,
+    Position, Rendered, TemplateError, TemplateSource, discover, validate_name, validate_text,
 };
 
 fn values(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -567,4 +567,72 @@ fn template_names() {
 fn library_is_shareable() {
     fn assert_traits<T: Send + Sync + Clone + 'static>() {}
     assert_traits::<Library>();
+}
+
+/// Found by fuzzing: inclusion multiplies, so a few kilobytes of templates that include each
+/// other ten times over, a few levels deep, rendered to terabytes (and reserving that capacity
+/// aborted the process). Such a set no longer compiles.
+#[test]
+fn sets_that_expand_beyond_the_limits_do_not_compile() {
+    let fan_out = |leaf: &str| -> Vec<(String, String)> {
+        (0..8)
+            .map(|i| {
+                let text = if i < 7 {
+                    format!("[[t{}]]", i + 1).repeat(10)
+                } else {
+                    leaf.to_owned()
+                };
+                (format!("t{i}"), text)
+            })
+            .collect()
+    };
+    let compile = |templates: &[(String, String)]| {
+        let sources: Vec<TemplateSource<'_>> = templates
+            .iter()
+            .map(|(name, text)| source(name, text))
+            .collect();
+        Library::compile(&sources)
+    };
+    // 10^7 copies of one kilobyte.
+    let (name, error) = compile(&fan_out(&"x".repeat(1024))).unwrap_err();
+    assert_eq!(name, "t0");
+    assert_eq!(
+        error,
+        TemplateError::TooLarge {
+            limit: format!("{MAX_RENDERED_BYTES} bytes")
+        }
+    );
+    // 10^7 inclusions of nothing: no text, but the work is bounded too.
+    let (_, error) = compile(&fan_out("")).unwrap_err();
+    assert_eq!(
+        error,
+        TemplateError::TooLarge {
+            limit: format!("{MAX_EXPANSIONS} placeholders")
+        }
+    );
+    // Below the limits the same shape compiles and renders.
+    let mut small = fan_out("x");
+    small.truncate(4);
+    small[3].1 = "x".to_owned();
+    let library = compile(&small).unwrap();
+    assert_eq!(
+        library.render("t0", &HashMap::new()).unwrap().system.len(),
+        1000
+    );
+}
+
+/// A value repeated by many placeholders is bounded at render time.
+#[test]
+fn values_repeated_beyond_the_limit_fail_the_render() {
+    let text = "[[x]]".repeat(40_000);
+    let library = Library::compile(&[source("main", &text)]).unwrap();
+    let big = "y".repeat(1024);
+    assert_eq!(
+        library.render("main", &values(&[("x", &big)])),
+        Err(TemplateError::TooLarge {
+            limit: format!("{MAX_RENDERED_BYTES} bytes")
+        })
+    );
+    let fine = library.render("main", &values(&[("x", "y")])).unwrap();
+    assert_eq!(fine.system.len(), 40_000);
 }

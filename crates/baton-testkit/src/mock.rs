@@ -627,7 +627,7 @@ pub fn openai_stream(answer: &Answer) -> Vec<u8> {
             ),
         );
         let args = call.arguments.to_string();
-        let (head, tail) = args.split_at(args.len() / 2);
+        let (head, tail) = args.split_at(args.floor_char_boundary(args.len() / 2));
         for part in [head, tail] {
             sse(
                 &mut out,
@@ -696,7 +696,7 @@ pub fn anthropic_stream(answer: &Answer) -> Vec<u8> {
     for call in &answer.tool_calls {
         sse(&mut out, Some("content_block_start"), &json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}}).to_string());
         let args = call.arguments.to_string();
-        let (head, tail) = args.split_at(args.len() / 2);
+        let (head, tail) = args.split_at(args.floor_char_boundary(args.len() / 2));
         for part in [head, tail] {
             sse(&mut out, Some("content_block_delta"), &json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": part}}).to_string());
         }

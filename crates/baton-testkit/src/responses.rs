@@ -156,7 +156,7 @@ pub fn stream(answer: &Answer) -> Vec<u8> {
                     "item": function_call(i, answer, false)}),
         );
         let args = answer.tool_calls[i].arguments.to_string();
-        let (head, tail) = args.split_at(args.len() / 2);
+        let (head, tail) = args.split_at(args.floor_char_boundary(args.len() / 2));
         for part in [head, tail] {
             emit(
                 json!({"type": "response.function_call_arguments.delta", "output_index": index,

@@ -3,6 +3,9 @@
 
 pub mod error;
 pub mod external;
+#[cfg(any(test, feature = "fuzzing"))]
+#[doc(hidden)]
+pub mod fuzz;
 pub mod guard;
 pub mod mcp;
 
