@@ -12,7 +12,7 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [--smoke] [--duration SECS] [--rate N] [--concurrency N] [--mock-delay-ms MS]\n                      load-test Baton against the fast mock (docs/benchmarks.md)"
+                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [OPTIONS] load-test Baton (and --peer litellm) against the fast mock;\n                      --smoke for CI, --help for the options (docs/benchmarks.md)"
             );
             return ExitCode::FAILURE;
         }
