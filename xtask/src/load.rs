@@ -44,9 +44,11 @@ fn target_dir() -> PathBuf {
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let options = Options::parse(args)?;
     let bins = if options.smoke {
-        // CI: dev builds (mostly built by `cargo test --workspace` already) and this xtask as it
-        // is; the smoke checks that the harness works, not how fast anything is.
-        build(&[])?;
+        // CI: the dev binaries `cargo test --workspace` builds (`baton` for the api tests,
+        // `baton-mock` for its own test), with the same features, so nothing is rebuilt after
+        // the test step; this xtask runs as it is. The smoke checks that the harness works, not
+        // how fast anything is.
+        cargo(&["test", "--workspace", "--no-run"])?;
         target_dir().join("debug")
     } else if cfg!(debug_assertions) {
         build(&["--release"])?;
@@ -72,30 +74,26 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// Separate builds, not one: building packages together unifies their features and would
-/// rebuild the dependencies `baton` shares with the others. The release xtask is only needed
-/// for the hand-over.
+/// rebuild the dependencies `baton` shares with the others.
 fn build(profile: &[&str]) -> anyhow::Result<()> {
-    let mut builds = vec![
+    for package in [
         &["-p", "baton-server", "--bin", "baton"][..],
         &["-p", "baton-testkit", "--bin", "baton-mock"][..],
-    ];
-    if !profile.is_empty() {
-        builds.push(&["-p", "xtask"][..]);
+        &["-p", "xtask"][..],
+    ] {
+        cargo(&[&["build"], profile, package].concat())?;
     }
-    for build in builds {
-        eprintln!(
-            "bench: cargo build {} {}",
-            profile.join(" "),
-            build.join(" ")
-        );
-        let status = Command::new(env!("CARGO"))
-            .current_dir(workspace_root())
-            .args(["build", "--quiet"])
-            .args(profile)
-            .args(build)
-            .status()?;
-        ensure!(status.success(), "cargo build {profile:?} {build:?} failed");
-    }
+    Ok(())
+}
+
+fn cargo(args: &[&str]) -> anyhow::Result<()> {
+    eprintln!("bench: cargo {}", args.join(" "));
+    let status = Command::new(env!("CARGO"))
+        .current_dir(workspace_root())
+        .args(args)
+        .arg("--quiet")
+        .status()?;
+    ensure!(status.success(), "cargo {} failed", args.join(" "));
     Ok(())
 }
 
