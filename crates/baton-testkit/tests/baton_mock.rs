@@ -2,6 +2,9 @@
 //! stream of the shaped route's length. (Also what makes `cargo test --workspace` build the
 //! binary, which `cargo xtask bench load --smoke` then reuses.)
 
+// The whole binary is test code: panicking on a broken expectation is the point.
+#![allow(clippy::unwrap_used)]
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
