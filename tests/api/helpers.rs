@@ -290,6 +290,22 @@ impl TestApp {
             server.await.expect("server task");
         }
     }
+
+    /// [`TestApp::stop`] (which flushes the log writer), keeping the database to inspect.
+    pub async fn stop_keeping_database(mut self) -> TestDatabase {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server.await.expect("server task");
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let placeholder = TestDatabase::Sqlite {
+            path: dir.path().join("unused.db"),
+            _dir: dir,
+        };
+        std::mem::replace(&mut self.db, placeholder)
+    }
 }
 
 /// Another server process over the same database (caches, writer and router of its own).

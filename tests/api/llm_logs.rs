@@ -942,3 +942,68 @@ async fn a_debug_flow_run_keeps_the_lines_of_its_model_and_tool_calls() {
         .collect();
     assert_eq!(seqs, (0..seqs.len() as u64).collect::<Vec<_>>(), "in order");
 }
+
+#[tokio::test]
+async fn with_the_invocation_log_off_requests_succeed_and_nothing_is_written() {
+    let (app, mock) = crate::chat::app_with_mock_and(|config| {
+        config.invocation_log.enabled = false;
+    })
+    .await;
+    let key = app.default_tenant.api_key.clone();
+    // Room for one request at a time: a hold that was never given back would refuse the next.
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Room for one", "period": "Day", "limitCredits": 1,
+                   "hardLimit": true}),
+        )
+        .await
+        .json();
+    let budget_id = budget["id"].as_str().unwrap().to_string();
+    for _ in 0..3 {
+        mock.push(Reply::text("not logged").with_usage(10, 5));
+        let response = app
+            .post(
+                "/api/v1/chat/completions",
+                &key,
+                json!({"model": "openai/gpt-4o-mini", "max_tokens": 10,
+                       "messages": [{"role": "user", "content": "Say hi"}]}),
+            )
+            .await;
+        assert_eq!(response.status, 200, "{}", response.text);
+        assert_eq!(
+            response.json()["choices"][0]["message"]["content"],
+            "not logged"
+        );
+    }
+    mock.push(Reply::text("streamed, not logged"));
+    let streamed = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            json!({"model": "openai/gpt-4o-mini", "stream": true, "max_tokens": 10,
+                   "messages": [{"role": "user", "content": "Say hi"}]}),
+        )
+        .await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text);
+    assert!(streamed.text.contains("[DONE]"), "{}", streamed.text);
+
+    let page = app.get("/api/v1/llm-logs", &key).await.json();
+    assert_eq!(page["items"], json!([]), "{page}");
+    let budget = app
+        .get(&format!("/api/v1/budgets/{budget_id}"), &key)
+        .await
+        .json();
+    assert_eq!(budget["currentPeriod"]["reservedCredits"], 0, "{budget}");
+    assert_eq!(budget["currentPeriod"]["spentCredits"], 0, "{budget}");
+
+    // Stopping flushes the log writer: whatever it had queued is in the database now.
+    let tenant = TenantId::new(app.default_tenant.id.clone());
+    let db = app.stop_keeping_database().await;
+    let store = baton_store::Store::connect(&baton_store::StoreOptions::new(db.url()))
+        .await
+        .unwrap();
+    assert!(store.list_runs(&tenant).await.unwrap().is_empty());
+    store.close().await.unwrap();
+}

@@ -46,6 +46,9 @@ pub struct ApiConfig {
     pub mcp: McpConfig,
     /// Abuse limits (`[limits]`): messages, tool results, streams, agent fan-out.
     pub limits: Limits,
+    /// Whether runs are written to the invocation log. Off, nothing is kept: no log, statistics,
+    /// usage or budget spend (`docs/decisions.md`, "Invocation log off").
+    pub invocation_log: bool,
 }
 
 impl ApiConfig {
@@ -78,6 +81,7 @@ impl Default for ApiConfig {
             tool_connect_timeout: Duration::from_secs(10),
             mcp: McpConfig::default(),
             limits: Limits::default(),
+            invocation_log: true,
         }
     }
 }
@@ -141,12 +145,13 @@ impl AppState {
         );
         let login_limiter = LoginLimiter::per_minute(config.login_attempts_per_minute);
         spawn_pruner(login_limiter.clone(), Duration::from_secs(60));
-        let engine = Engine::new(
-            config.engine_config(),
-            providers.clone(),
-            Arc::new(store.clone()),
-            Arc::new(runs.clone()),
-        )?;
+        let flows: Arc<dyn baton_executor::FlowStore> = Arc::new(store.clone());
+        let sink: Arc<dyn baton_executor::RunSink> = if config.invocation_log {
+            Arc::new(runs.clone())
+        } else {
+            Arc::new(baton_executor::DiscardRuns::new(flows.clone()))
+        };
+        let engine = Engine::new(config.engine_config(), providers.clone(), flows, sink)?;
         Ok(AppState {
             router: engine.router().clone(),
             outbound: engine.outbound().clone(),

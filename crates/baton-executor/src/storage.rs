@@ -86,3 +86,30 @@ pub enum RunItem {
 pub trait RunSink: Send + Sync {
     async fn queue(&self, item: RunItem) -> ExecutorResult<()>;
 }
+
+/// A sink that keeps nothing: the operator turned the invocation log off. The budget holds a
+/// finished run carries are still given back, since no log writer will release them.
+pub struct DiscardRuns {
+    flows: std::sync::Arc<dyn FlowStore>,
+}
+
+impl DiscardRuns {
+    pub fn new(flows: std::sync::Arc<dyn FlowStore>) -> DiscardRuns {
+        DiscardRuns { flows }
+    }
+}
+
+#[async_trait]
+impl RunSink for DiscardRuns {
+    async fn queue(&self, item: RunItem) -> ExecutorResult<()> {
+        if let RunItem::Run(record) = item
+            && !record.budget_holds.is_empty()
+            && let Some(tenant) = &record.tenant
+        {
+            self.flows
+                .release_budget_holds(tenant, &record.budget_holds)
+                .await?;
+        }
+        Ok(())
+    }
+}

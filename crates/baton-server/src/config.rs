@@ -37,6 +37,7 @@ const KNOWN_KEYS: &[&str] = &[
     "retention",
     "mcp",
     "limits",
+    "invocation_log",
     "catalogue_path",
     "providers",
 ];
@@ -74,6 +75,7 @@ pub struct Config {
     pub mcp: McpSection,
     #[serde(default)]
     pub limits: LimitsConfig,
+    pub invocation_log: InvocationLogConfig,
     /// Exact addresses the outbound guard lets through although they are private (test servers
     /// on loopback). Not configurable from files or the environment, on purpose.
     #[serde(skip)]
@@ -282,6 +284,21 @@ impl Default for RetentionConfig {
     }
 }
 
+/// `[invocation_log]`: not `[log]`, which `BATON_LOG` (the log filter) would collide with.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InvocationLogConfig {
+    /// Off: runs are not written, so the invocation log, statistics, usage and budget spend
+    /// stay empty (a throughput-only deployment; `docs/decisions.md`).
+    pub enabled: bool,
+}
+
+impl Default for InvocationLogConfig {
+    fn default() -> Self {
+        Self { enabled: true }
+    }
+}
+
 /// Baton's own MCP server (`/api/v1/mcp`): which `Host` and `Origin` values it accepts
 /// (DNS-rebinding protection). A list is an array or a comma-separated string
 /// (`BATON_MCP__ALLOWED_HOSTS=baton.example.com,localhost`).
@@ -419,6 +436,7 @@ impl Config {
             tool_connect_timeout: Duration::from_millis(self.tools.connect_timeout_ms.max(1)),
             mcp: self.mcp.api_config(self.bind),
             limits: self.limits.limits()?,
+            invocation_log: self.invocation_log.enabled,
             router: RouterConfig {
                 breaker: BreakerConfig {
                     threshold: self.routing.breaker_failure_threshold.max(1),
@@ -474,7 +492,9 @@ mod tests {
             jail.set_env("BATON_PROVIDERS__OPENAI__API_KEY", "sk-env");
             jail.set_env("BATON_ROUTING__BREAKER_COOLDOWN_MS", "1500");
             jail.set_env("BATON_LIMITS__MAX_STREAMS_PER_TENANT", "7");
+            jail.set_env("BATON_INVOCATION_LOG__ENABLED", "false");
             let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert!(!config.invocation_log.enabled);
             let openai = &config.providers["openai"];
             assert_eq!(openai.base_url.as_deref(), Some("http://localhost:9000/v1"));
             assert!(openai.api_key.is_some());
@@ -555,6 +575,7 @@ mod tests {
         Jail::expect_with(|_| {
             let config = Config::load(None).map_err(|e| e.to_string())?;
             assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
+            assert!(config.invocation_log.enabled);
             assert!(config.api_config().is_ok());
             Ok(())
         });

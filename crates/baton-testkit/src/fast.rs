@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -44,6 +44,11 @@ impl FastMock {
     pub async fn start(options: FastMockOptions) -> std::io::Result<FastMock> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
+        // Without it, Nagle holds each stream chunk after the first until the client's delayed
+        // ACK (~40 ms on Linux), and streamed TTFT would measure that.
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let router = router(options);
         tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
@@ -62,12 +67,41 @@ impl FastMock {
 }
 
 /// The fast mock's routes, for callers that serve them on their own listener.
+///
+/// `/shape/{chunks}/{gap_ms}/v1/chat/completions` streams `chunks` content chunks `gap_ms`
+/// apart instead of the configured shape, so one mock serves a gateway two stream shapes
+/// through two base URLs (the load benchmark's short streams and its long concurrent ones).
 pub fn router(options: FastMockOptions) -> Router {
     let prepared = prepare(options);
     Router::new()
         .route("/v1/chat/completions", post(complete))
         .route("/chat/completions", post(complete))
+        .route(
+            "/shape/{chunks}/{gap_ms}/v1/chat/completions",
+            post(complete_shaped),
+        )
         .with_state(prepared)
+}
+
+/// Largest chunk count a shaped route accepts (a typo must not stream for hours).
+const MAX_SHAPED_CHUNKS: usize = 10_000;
+
+async fn complete_shaped(
+    State(prepared): State<Prepared>,
+    Path((chunks, gap_ms)): Path<(usize, u64)>,
+    body: Bytes,
+) -> Response {
+    let options = FastMockOptions {
+        stream_chunks: chunks.min(MAX_SHAPED_CHUNKS),
+        chunk_gap: Duration::from_millis(gap_ms.min(60_000)),
+        ..prepared.options
+    };
+    let shaped = Prepared {
+        stream_tail: stream_tail(options.stream_chunks),
+        options,
+        ..prepared
+    };
+    complete(State(shaped), body).await
 }
 
 const MODEL: &str = "gpt-4o-mini";
@@ -87,15 +121,6 @@ fn prepare(options: FastMockOptions) -> Prepared {
         "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello from the fast mock."}, "finish_reason": "stop"}],
         "usage": {"prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18}
     });
-    let chunks = options.stream_chunks;
-    let usage = json!({"id": "chatcmpl-fast", "object": "chat.completion.chunk", "created": 1, "model": MODEL, "choices": [],
-                       "usage": {"prompt_tokens": 12, "completion_tokens": chunks, "total_tokens": 12 + chunks}});
-    let tail = [
-        sse(&chunk(json!({}), Value::from("stop")).to_string()),
-        sse(&usage.to_string()),
-        sse("[DONE]"),
-    ]
-    .concat();
     Prepared {
         options,
         completion: Bytes::from(completion.to_string()),
@@ -107,8 +132,22 @@ fn prepare(options: FastMockOptions) -> Prepared {
         stream_chunk: Bytes::from(sse(
             &chunk(json!({"content": "tok "}), Value::Null).to_string()
         )),
-        stream_tail: Bytes::from(tail),
+        stream_tail: stream_tail(options.stream_chunks),
     }
+}
+
+/// The finish chunk, the usage chunk (one completion token per content chunk) and `[DONE]`.
+fn stream_tail(chunks: usize) -> Bytes {
+    let usage = json!({"id": "chatcmpl-fast", "object": "chat.completion.chunk", "created": 1, "model": MODEL, "choices": [],
+                       "usage": {"prompt_tokens": 12, "completion_tokens": chunks, "total_tokens": 12 + chunks}});
+    Bytes::from(
+        [
+            sse(&chunk(json!({}), Value::from("stop")).to_string()),
+            sse(&usage.to_string()),
+            sse("[DONE]"),
+        ]
+        .concat(),
+    )
 }
 
 /// Only `stream` is read from the body; anything else in it is ignored.

@@ -1,0 +1,542 @@
+//! The load driver: requests against one target, open loop at a fixed rate (latency from the
+//! intended start time), closed loop at a fixed concurrency, and streams read chunk by chunk for
+//! the time to the first content token and the gaps between content chunks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::ensure;
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where one path sends its requests.
+#[derive(Clone)]
+pub struct Target {
+    pub url: String,
+    /// Where the long streams go (the mock's shaped route when direct).
+    pub long_url: String,
+    pub key: Option<String>,
+    pub body: Arc<String>,
+    pub stream_body: Arc<String>,
+    /// A streamed request for the long stream shape (the concurrent-streams phase).
+    pub long_stream_body: Arc<String>,
+}
+
+impl Target {
+    pub fn new(
+        url: String,
+        long_url: String,
+        key: Option<&str>,
+        model: &str,
+        long_model: &str,
+    ) -> Target {
+        let body = |model: &str, stream: bool| {
+            Arc::new(
+                json!({"model": model, "stream": stream,
+                       "messages": [{"role": "user", "content": "Say hi"}]})
+                .to_string(),
+            )
+        };
+        Target {
+            url,
+            long_url,
+            key: key.map(str::to_owned),
+            body: body(model, false),
+            stream_body: body(model, true),
+            long_stream_body: body(long_model, true),
+        }
+    }
+
+    fn post(&self, client: &reqwest::Client, body: &str) -> reqwest::RequestBuilder {
+        self.post_to(client, &self.url, body)
+    }
+
+    fn post_to(&self, client: &reqwest::Client, url: &str, body: &str) -> reqwest::RequestBuilder {
+        let request = client
+            .post(url)
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+        match &self.key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+}
+
+pub fn client() -> anyhow::Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .no_proxy()
+        .http1_only()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(usize::MAX)
+        .timeout(REQUEST_TIMEOUT)
+        .build()?)
+}
+
+/// Latencies of one phase, in microseconds.
+pub struct Outcome {
+    pub histogram: Histogram<u64>,
+    pub sent: u64,
+    pub errors: u64,
+    pub elapsed: Duration,
+    /// The first failure, to say why a phase had errors.
+    pub first_error: Option<String>,
+}
+
+impl Outcome {
+    pub fn new() -> anyhow::Result<Outcome> {
+        Ok(Outcome {
+            histogram: histogram()?,
+            sent: 0,
+            errors: 0,
+            elapsed: Duration::ZERO,
+            first_error: None,
+        })
+    }
+
+    pub fn record(&mut self, latency: Duration, result: Result<(), String>) {
+        self.sent += 1;
+        match result {
+            Ok(()) => record(&mut self.histogram, latency),
+            Err(error) => {
+                self.errors += 1;
+                self.first_error.get_or_insert(error);
+            }
+        }
+    }
+
+    pub fn quantile(&self, q: f64) -> u64 {
+        self.histogram.value_at_quantile(q)
+    }
+
+    pub fn rps(&self) -> f64 {
+        self.sent as f64 / self.elapsed.as_secs_f64().max(f64::MIN_POSITIVE)
+    }
+
+    pub fn error_rate(&self) -> f64 {
+        self.errors as f64 / self.sent.max(1) as f64
+    }
+
+    pub fn json(&self) -> Value {
+        let mut value = json!({
+            "requests": self.sent,
+            "errors": self.errors,
+            "rps": (self.rps() * 10.0).round() / 10.0,
+        });
+        if let (Some(object), Value::Object(quantiles)) =
+            (value.as_object_mut(), quantiles(&self.histogram))
+        {
+            object.extend(quantiles);
+        }
+        if let Some(error) = &self.first_error {
+            value["first_error"] = Value::from(error.as_str());
+        }
+        value
+    }
+}
+
+fn histogram() -> anyhow::Result<Histogram<u64>> {
+    // 1 us to 60 s at 3 significant figures; larger values saturate.
+    Ok(Histogram::new_with_bounds(1, 60_000_000, 3)?)
+}
+
+fn record(histogram: &mut Histogram<u64>, latency: Duration) {
+    let micros = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
+    histogram.saturating_record(micros.max(1));
+}
+
+pub fn quantiles(histogram: &Histogram<u64>) -> Value {
+    if histogram.is_empty() {
+        return json!({});
+    }
+    json!({
+        "p50_us": histogram.value_at_quantile(0.50),
+        "p90_us": histogram.value_at_quantile(0.90),
+        "p99_us": histogram.value_at_quantile(0.99),
+        "p999_us": histogram.value_at_quantile(0.999),
+        "max_us": histogram.max(),
+        "mean_us": histogram.mean().round(),
+    })
+}
+
+/// One request read to its end; `Err` says what went wrong.
+pub async fn send(client: &reqwest::Client, target: &Target) -> Result<(), String> {
+    let response = target
+        .post(client, &target.body)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body = response.bytes().await.map_err(|e| e.to_string())?;
+    if status.is_success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{status}: {}",
+            String::from_utf8_lossy(&body[..body.len().min(300)])
+        ))
+    }
+}
+
+/// One request at a time, for `duration` or `count` requests.
+pub async fn sequential(
+    client: &reqwest::Client,
+    target: &Target,
+    duration: Option<Duration>,
+    count: Option<u64>,
+) -> anyhow::Result<Outcome> {
+    let mut outcome = Outcome::new()?;
+    let start = Instant::now();
+    loop {
+        if duration.is_some_and(|d| start.elapsed() >= d)
+            || count.is_some_and(|c| outcome.sent >= c)
+        {
+            break;
+        }
+        let sent_at = Instant::now();
+        let result = send(client, target).await;
+        outcome.record(sent_at.elapsed(), result);
+    }
+    outcome.elapsed = start.elapsed();
+    Ok(outcome)
+}
+
+/// Open loop: requests start at fixed intended times whatever the server does, and latency is
+/// measured from the intended time, so a stall shows as the queue it causes (no coordinated
+/// omission). A plain thread paces the sends because it sleeps more precisely than tokio's
+/// millisecond timer. `rps` is the rate achieved in sending.
+pub async fn fixed_rate(
+    client: &reqwest::Client,
+    target: &Target,
+    rate: f64,
+    duration: Duration,
+) -> anyhow::Result<Outcome> {
+    let total = (rate * duration.as_secs_f64()).round() as u64;
+    let period = Duration::from_secs_f64(1.0 / rate);
+    let (results, mut received) = tokio::sync::mpsc::unbounded_channel();
+    let handle = tokio::runtime::Handle::current();
+    let (client, target) = (client.clone(), target.clone());
+    let start = Instant::now();
+    let pacer = std::thread::spawn(move || {
+        for i in 0..total {
+            let intended = start + period.mul_f64(i as f64);
+            let now = Instant::now();
+            if intended > now {
+                std::thread::sleep(intended - now);
+            }
+            let (client, target, results) = (client.clone(), target.clone(), results.clone());
+            handle.spawn(async move {
+                let result = send(&client, &target).await;
+                let _ = results.send((intended.elapsed(), result));
+            });
+        }
+        start.elapsed()
+    });
+    let mut outcome = Outcome::new()?;
+    while let Some((latency, result)) = received.recv().await {
+        outcome.record(latency, result);
+    }
+    // A pacer that fell behind took longer than `duration`: the achieved rate shows it.
+    outcome.elapsed = pacer
+        .join()
+        .map_err(|_| anyhow::anyhow!("the pacing thread failed"))?
+        .max(duration);
+    Ok(outcome)
+}
+
+/// Closed loop: `workers` requests in flight at all times for `duration`.
+pub async fn concurrent(
+    client: &reqwest::Client,
+    target: &Target,
+    workers: usize,
+    duration: Duration,
+) -> anyhow::Result<Outcome> {
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers {
+        let (client, target) = (client.clone(), target.clone());
+        tasks.spawn(async move {
+            let mut results = Vec::new();
+            while start.elapsed() < duration {
+                let sent_at = Instant::now();
+                let result = send(&client, &target).await;
+                results.push((sent_at.elapsed(), result));
+            }
+            results
+        });
+    }
+    let mut outcome = Outcome::new()?;
+    while let Some(results) = tasks.join_next().await {
+        for (latency, result) in results.unwrap_or_default() {
+            outcome.record(latency, result);
+        }
+    }
+    outcome.elapsed = start.elapsed();
+    Ok(outcome)
+}
+
+/// Time to the first content token (from the stream's start) and the gaps between content
+/// chunks of a set of streams.
+pub struct StreamOutcome {
+    pub ttft: Outcome,
+    pub gaps: Histogram<u64>,
+}
+
+impl StreamOutcome {
+    fn new() -> anyhow::Result<StreamOutcome> {
+        Ok(StreamOutcome {
+            ttft: Outcome::new()?,
+            gaps: histogram()?,
+        })
+    }
+
+    fn add(&mut self, times: StreamTimes, start: Instant) {
+        let result = match (&times.error, times.content.first()) {
+            (Some(error), _) => Err(error.clone()),
+            (None, None) => Err("no content chunk".to_string()),
+            (None, Some(_)) if !times.done => Err("no [DONE]".to_string()),
+            (None, Some(_)) => Ok(()),
+        };
+        let ttft = times.content.first().map_or(Duration::ZERO, |first| {
+            first.saturating_duration_since(start)
+        });
+        if result.is_ok() {
+            for pair in times.content.windows(2) {
+                record(&mut self.gaps, pair[1].saturating_duration_since(pair[0]));
+            }
+        }
+        self.ttft.record(ttft, result);
+    }
+
+    pub fn json(&self) -> Value {
+        json!({"ttft": self.ttft.json(), "gap": quantiles(&self.gaps)})
+    }
+}
+
+#[derive(Default)]
+struct StreamTimes {
+    /// Arrival of each chunk carrying content (several events in one read share a time).
+    content: Vec<Instant>,
+    done: bool,
+    error: Option<String>,
+}
+
+/// Reads one streamed response, noting when each event with `choices[0].delta.content`
+/// non-empty arrived (the role chunk and the usage chunk carry none).
+async fn read_stream(
+    client: &reqwest::Client,
+    target: &Target,
+    url: &str,
+    body: &str,
+) -> StreamTimes {
+    let mut times = StreamTimes::default();
+    let mut response = match target.post_to(client, url, body).send().await {
+        Ok(response) if response.status().is_success() => response,
+        Ok(response) => {
+            let status = response.status();
+            let text = response.text().await.unwrap_or_default();
+            times.error = Some(format!("{status}: {}", &text[..text.len().min(300)]));
+            return times;
+        }
+        Err(error) => {
+            times.error = Some(error.to_string());
+            return times;
+        }
+    };
+    let mut buffer = String::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) => {
+                let now = Instant::now();
+                buffer.push_str(&String::from_utf8_lossy(&bytes));
+                while let Some(end) = buffer.find("\n\n") {
+                    let event: String = buffer.drain(..end + 2).collect();
+                    match event_kind(&event) {
+                        Event::Content => times.content.push(now),
+                        Event::Done => times.done = true,
+                        Event::Other => {}
+                    }
+                }
+            }
+            Ok(None) => return times,
+            Err(error) => {
+                times.error = Some(error.to_string());
+                return times;
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq)]
+enum Event {
+    Content,
+    Done,
+    Other,
+}
+
+fn event_kind(event: &str) -> Event {
+    for line in event.lines() {
+        let Some(data) = line.strip_prefix("data:") else {
+            continue;
+        };
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Event::Done;
+        }
+        // Cheap test first: most events of a stream are content chunks, all are JSON.
+        if !data.contains("\"content\"") {
+            continue;
+        }
+        let content = serde_json::from_str::<Value>(data)
+            .ok()
+            .and_then(|v| v["choices"][0]["delta"]["content"].as_str().map(str::len));
+        if content.is_some_and(|len| len > 0) {
+            return Event::Content;
+        }
+    }
+    Event::Other
+}
+
+/// `count` streams one after another; TTFT from each stream's send.
+pub async fn streams(
+    client: &reqwest::Client,
+    target: &Target,
+    count: usize,
+) -> anyhow::Result<StreamOutcome> {
+    let mut outcome = StreamOutcome::new()?;
+    let start = Instant::now();
+    for _ in 0..count {
+        let sent_at = Instant::now();
+        let times = read_stream(client, target, &target.url, &target.stream_body).await;
+        outcome.add(times, sent_at);
+    }
+    outcome.ttft.elapsed = start.elapsed();
+    Ok(outcome)
+}
+
+/// `count` long streams opened at once; TTFT from the common start (all are meant to start
+/// then, so a gateway slow to accept shows).
+pub async fn concurrent_streams(
+    client: &reqwest::Client,
+    target: &Target,
+    count: usize,
+) -> anyhow::Result<StreamOutcome> {
+    let start = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..count {
+        let (client, target) = (client.clone(), target.clone());
+        tasks.spawn(async move {
+            read_stream(&client, &target, &target.long_url, &target.long_stream_body).await
+        });
+    }
+    let mut outcome = StreamOutcome::new()?;
+    while let Some(times) = tasks.join_next().await {
+        let times = times.unwrap_or_else(|e| StreamTimes {
+            error: Some(e.to_string()),
+            ..StreamTimes::default()
+        });
+        outcome.add(times, start);
+    }
+    outcome.ttft.elapsed = start.elapsed();
+    Ok(outcome)
+}
+
+/// Pages through Baton's `/api/v1/llm-logs` until it holds `expected` rows or `timeout` passes
+/// (rows are written off the request path, so the last ones land shortly after the load).
+pub async fn wait_for_log_rows(
+    client: &reqwest::Client,
+    baton_addr: &str,
+    key: &str,
+    expected: u64,
+    timeout: Duration,
+) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let rows = count_log_rows(client, baton_addr, key).await?;
+        if rows >= expected || Instant::now() >= deadline {
+            return Ok(rows);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn count_log_rows(
+    client: &reqwest::Client,
+    baton_addr: &str,
+    key: &str,
+) -> anyhow::Result<u64> {
+    let url = format!("http://{baton_addr}/api/v1/llm-logs");
+    let mut rows = 0u64;
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut query = vec![("pageSize", "200".to_string())];
+        if let Some(cursor) = &cursor {
+            query.push(("cursor", cursor.clone()));
+        }
+        let response = client
+            .get(&url)
+            .bearer_auth(key)
+            .query(&query)
+            .send()
+            .await?;
+        let status = response.status();
+        let page: Value = response.json().await?;
+        ensure!(status.is_success(), "GET /api/v1/llm-logs: {status} {page}");
+        rows += page["items"]
+            .as_array()
+            .map_or(0, |items| items.len() as u64);
+        match page["nextCursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => return Ok(rows),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_chunks_with_content_count() {
+        let role = r#"data: {"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#;
+        let token = r#"data: {"choices":[{"index":0,"delta":{"content":"tok "}}]}"#;
+        let usage = r#"data: {"choices":[],"usage":{"prompt_tokens":1}}"#;
+        let baton = "id: 3\ndata: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}";
+        assert_eq!(event_kind(role), Event::Other);
+        assert_eq!(event_kind(token), Event::Content);
+        assert_eq!(event_kind(usage), Event::Other);
+        assert_eq!(event_kind(baton), Event::Content);
+        assert_eq!(event_kind("data: [DONE]"), Event::Done);
+        assert_eq!(event_kind(": keep-alive"), Event::Other);
+    }
+
+    #[test]
+    fn gaps_and_ttft_come_from_content_arrivals() {
+        let mut outcome = StreamOutcome::new().unwrap();
+        let start = Instant::now();
+        let at = |ms| start + Duration::from_millis(ms);
+        outcome.add(
+            StreamTimes {
+                content: vec![at(5), at(8), at(12)],
+                done: true,
+                error: None,
+            },
+            start,
+        );
+        outcome.add(
+            StreamTimes {
+                content: vec![at(1)],
+                done: false,
+                error: None,
+            },
+            start,
+        );
+        assert_eq!((outcome.ttft.sent, outcome.ttft.errors), (2, 1));
+        assert_eq!(outcome.ttft.histogram.len(), 1);
+        assert!((4_990..=5_010).contains(&outcome.ttft.quantile(0.5)));
+        assert_eq!(outcome.gaps.len(), 2);
+        assert!((3_990..=4_010).contains(&outcome.gaps.max()));
+    }
+}

@@ -1,0 +1,223 @@
+//! Command-line options of `cargo xtask bench load`.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+
+pub const USAGE: &str =
+    "usage: cargo xtask bench load [--smoke] [--duration SECS] [--sweep-duration SECS]
+    [--rates N,N] [--sweep N,N,...] [--concurrency N] [--streams N] [--concurrent-streams N]
+    [--mock-delay-ms MS] [--gateways sqlite,postgres,nolog] [--peer litellm] [--postgres-url URL]";
+
+/// One way of serving the scenarios besides the direct path to the mock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gateway {
+    /// Baton over SQLite, invocation logging on.
+    Sqlite,
+    /// Baton over a fresh PostgreSQL database, invocation logging on.
+    Postgres,
+    /// Baton over SQLite with `[invocation_log] enabled = false`.
+    NoLog,
+    /// LiteLLM's proxy (`--peer litellm`), one worker, no database.
+    LiteLlm,
+}
+
+impl Gateway {
+    pub fn name(self) -> &'static str {
+        match self {
+            Gateway::Sqlite => "baton-sqlite",
+            Gateway::Postgres => "baton-postgres",
+            Gateway::NoLog => "baton-nolog",
+            Gateway::LiteLlm => "litellm",
+        }
+    }
+
+    pub fn is_baton(self) -> bool {
+        self != Gateway::LiteLlm
+    }
+
+    /// Whether every request should leave one invocation-log row.
+    pub fn logs(self) -> bool {
+        matches!(self, Gateway::Sqlite | Gateway::Postgres)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub smoke: bool,
+    /// Length of each phase (concurrency 1, each fixed rate, concurrency N).
+    pub duration: Duration,
+    /// Length of each step of the rate sweep.
+    pub sweep_duration: Duration,
+    /// Open-loop fixed-rate phases, requests per second.
+    pub rates: Vec<u64>,
+    /// Rates of the sweep, tried in order until one fails.
+    pub sweep: Vec<u64>,
+    pub concurrency: usize,
+    /// Streams read one after another (TTFT and inter-chunk gap).
+    pub streams: usize,
+    /// Streams opened all at once (long ones, so they overlap).
+    pub concurrent_streams: usize,
+    pub mock_delay_ms: u64,
+    /// In the order they run; the peer comes last.
+    pub gateways: Vec<Gateway>,
+    /// An existing database to connect to for `CREATE DATABASE` / `DROP DATABASE`.
+    pub postgres_url: String,
+}
+
+impl Options {
+    pub fn parse(args: &[String]) -> anyhow::Result<Options> {
+        let smoke = args.iter().any(|a| a == "--smoke");
+        let mut options = if smoke {
+            Options {
+                smoke,
+                duration: Duration::from_secs(1),
+                sweep_duration: Duration::from_secs(1),
+                rates: vec![100],
+                sweep: Vec::new(),
+                concurrency: 8,
+                streams: 5,
+                concurrent_streams: 50,
+                mock_delay_ms: 0,
+                gateways: vec![Gateway::Sqlite, Gateway::NoLog],
+                postgres_url: DEFAULT_POSTGRES_URL.into(),
+            }
+        } else {
+            Options {
+                smoke,
+                duration: Duration::from_secs(5),
+                sweep_duration: Duration::from_secs(3),
+                rates: vec![1000, 5000],
+                sweep: vec![250, 500, 1000, 2000, 3000, 5000, 8000, 12000, 16000, 20000],
+                concurrency: 50,
+                streams: 50,
+                concurrent_streams: 1000,
+                mock_delay_ms: 0,
+                gateways: vec![Gateway::Sqlite, Gateway::Postgres, Gateway::NoLog],
+                postgres_url: DEFAULT_POSTGRES_URL.into(),
+            }
+        };
+        let mut peer = false;
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let mut value = || {
+                args.next()
+                    .map(String::as_str)
+                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--smoke" => {}
+                "--help" | "-h" => bail!("{USAGE}"),
+                "--duration" => options.duration = seconds(flag, value()?)?,
+                "--sweep-duration" => options.sweep_duration = seconds(flag, value()?)?,
+                "--rates" => options.rates = list(flag, value()?)?,
+                "--sweep" => options.sweep = list(flag, value()?)?,
+                "--concurrency" => options.concurrency = number(flag, value()?)?.max(1) as usize,
+                "--streams" => options.streams = number(flag, value()?)?.max(1) as usize,
+                "--concurrent-streams" => {
+                    options.concurrent_streams = number(flag, value()?)?.max(1) as usize;
+                }
+                "--mock-delay-ms" => options.mock_delay_ms = number(flag, value()?)?,
+                "--gateways" => options.gateways = gateways(value()?)?,
+                "--peer" => match value()? {
+                    "litellm" => peer = true,
+                    other => bail!("--peer: unknown peer '{other}' (only litellm)"),
+                },
+                "--postgres-url" => options.postgres_url = value()?.to_string(),
+                other => bail!("unknown option {other}\n{USAGE}"),
+            }
+        }
+        ensure!(
+            options.rates.iter().chain(&options.sweep).all(|&r| r > 0),
+            "rates must be at least 1"
+        );
+        if peer {
+            options.gateways.push(Gateway::LiteLlm);
+        }
+        Ok(options)
+    }
+}
+
+const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+
+fn number(flag: &str, value: &str) -> anyhow::Result<u64> {
+    value
+        .parse()
+        .with_context(|| format!("{flag}: '{value}' is not a whole number"))
+}
+
+fn seconds(flag: &str, value: &str) -> anyhow::Result<Duration> {
+    Ok(Duration::from_secs(number(flag, value)?.max(1)))
+}
+
+fn list(flag: &str, value: &str) -> anyhow::Result<Vec<u64>> {
+    value
+        .split(',')
+        .filter(|v| !v.trim().is_empty())
+        .map(|v| number(flag, v.trim()))
+        .collect()
+}
+
+fn gateways(value: &str) -> anyhow::Result<Vec<Gateway>> {
+    let mut chosen = Vec::new();
+    for name in value.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        let gateway = match name {
+            "sqlite" => Gateway::Sqlite,
+            "postgres" => Gateway::Postgres,
+            "nolog" => Gateway::NoLog,
+            other => bail!(
+                "--gateways: unknown gateway '{other}' (sqlite, postgres, nolog; the peer is --peer litellm)"
+            ),
+        };
+        if !chosen.contains(&gateway) {
+            chosen.push(gateway);
+        }
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> anyhow::Result<Options> {
+        Options::parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn defaults_smoke_and_lists() {
+        let default = parse(&[]).unwrap();
+        assert_eq!(default.rates, [1000, 5000]);
+        assert_eq!(
+            default.gateways,
+            [Gateway::Sqlite, Gateway::Postgres, Gateway::NoLog]
+        );
+        let smoke = parse(&["--smoke", "--gateways", "sqlite"]).unwrap();
+        assert!(smoke.smoke && smoke.sweep.is_empty());
+        assert_eq!(smoke.gateways, [Gateway::Sqlite]);
+        let peer = parse(&[
+            "--gateways",
+            "nolog,sqlite",
+            "--peer",
+            "litellm",
+            "--rates",
+            "10,20",
+        ])
+        .unwrap();
+        assert_eq!(
+            peer.gateways,
+            [Gateway::NoLog, Gateway::Sqlite, Gateway::LiteLlm]
+        );
+        assert_eq!(peer.rates, [10, 20]);
+    }
+
+    #[test]
+    fn bad_values_name_the_option() {
+        let err = parse(&["--gateways", "mysql"]).unwrap_err().to_string();
+        assert!(err.contains("--gateways") && err.contains("mysql"), "{err}");
+        let err = parse(&["--rates", "1000,x"]).unwrap_err().to_string();
+        assert!(err.contains("--rates"), "{err}");
+        assert!(parse(&["--peer", "nginx"]).is_err());
+        assert!(parse(&["--duration"]).is_err());
+    }
+}

@@ -1,0 +1,629 @@
+//! The report: `target/bench/load.json`, the printed tables (Markdown, so a run's output can go
+//! into `docs/benchmarks.md` as it is), issue 9's targets met or not, the ratios to LiteLLM.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::ensure;
+use serde_json::{Value, json};
+
+use super::options::Options;
+use super::procs::Pinning;
+use super::scenarios::Baseline;
+
+pub fn assemble(
+    options: &Options,
+    pinning: &Pinning,
+    baseline: &Baseline,
+    gateways: Vec<Value>,
+    elapsed: Duration,
+) -> Value {
+    let targets = targets(options, &gateways);
+    let ratios = ratios(&gateways);
+    json!({
+        "machine": machine_description(),
+        "pinning": pinning.note,
+        "smoke": options.smoke,
+        "options": {
+            "duration_secs": options.duration.as_secs(),
+            "sweep_step_secs": options.sweep_duration.as_secs(),
+            "rates": options.rates,
+            "sweep": options.sweep,
+            "concurrency": options.concurrency,
+            "streams": options.streams,
+            "concurrent_streams": options.concurrent_streams,
+            "mock_delay_ms": options.mock_delay_ms,
+        },
+        "elapsed_secs": elapsed.as_secs(),
+        "direct": baseline.json(),
+        "gateways": gateways,
+        "targets": targets,
+        "ratios": ratios,
+    })
+}
+
+fn live(gateways: &[Value]) -> impl Iterator<Item = &Value> {
+    gateways.iter().filter(|g| g.get("skipped").is_none())
+}
+
+fn at_rate(gateway: &Value, rate: u64) -> Option<&Value> {
+    gateway["fixed_rate"]
+        .as_array()?
+        .iter()
+        .find(|p| p["rate"] == rate && p.get("skipped").is_none())
+}
+
+fn target(gateway: &Value, name: &str, value: String, met: Option<bool>) -> Value {
+    json!({"gateway": gateway["name"], "target": name, "value": value, "met": met})
+}
+
+/// Issue 9's targets for each Baton gateway that ran; `met` is null where the run did not
+/// measure it (e.g. no 1,000 RPS phase, fewer than 1,000 streams, no peer).
+fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
+    let litellm = live(gateways).find(|g| g["name"] == "litellm");
+    let mut out = Vec::new();
+    for g in live(gateways).filter(|g| g["name"] != "litellm") {
+        let c1 = g["concurrency_1"]["added_p99_us"]
+            .as_i64()
+            .unwrap_or(i64::MAX);
+        out.push(target(
+            g,
+            "added p99 at concurrency 1 <= 150 us",
+            format!("{c1} us"),
+            Some(c1 <= 150),
+        ));
+        let k1 = at_rate(g, 1000).and_then(|p| p["added_p99_us"].as_i64());
+        out.push(target(
+            g,
+            "added p99 at 1,000 RPS <= 1 ms",
+            k1.map_or("not run".into(), |v| format!("{v} us")),
+            k1.map(|v| v <= 1000),
+        ));
+        let (cpu, phase) = match at_rate(g, 1000) {
+            Some(p) => (p["cpu_us_per_request"].as_f64(), "1,000 RPS"),
+            None => (
+                g["concurrency"]["cpu_us_per_request"].as_f64(),
+                "closed loop",
+            ),
+        };
+        out.push(target(
+            g,
+            "CPU per request <= 150 us",
+            cpu.map_or("n/a".into(), |v| format!("{v:.0} us ({phase})")),
+            cpu.map(|v| v <= 150.0),
+        ));
+        let idle = g["rss_kb"]["idle"].as_f64().unwrap_or(0.0) / 1024.0;
+        out.push(target(
+            g,
+            "idle RSS <= 40 MB",
+            format!("{idle:.1} MB"),
+            Some(idle <= 40.0),
+        ));
+        let streams = &g["concurrent_streams"];
+        let peak = streams["peak_rss_kb"].as_f64().unwrap_or(0.0) / 1024.0;
+        let full = options.concurrent_streams >= 1000;
+        out.push(target(
+            g,
+            "RSS <= 150 MB at 1,000 concurrent streams",
+            format!(
+                "{peak:.1} MB at {} streams ({} succeeded)",
+                streams["count"], streams["succeeded"]
+            ),
+            full.then_some(peak <= 150.0 && streams["succeeded"] == streams["count"]),
+        ));
+        let ttft = g["streams"]["added_ttft_p99_us"]
+            .as_i64()
+            .unwrap_or(i64::MAX);
+        out.push(target(
+            g,
+            "streaming added TTFT p99 <= 0.5 ms",
+            format!("{ttft} us"),
+            Some(ttft <= 500),
+        ));
+        let logs = &g["log_rows"];
+        if logs["logging"] == true {
+            out.push(target(
+                g,
+                "zero log rows lost",
+                format!("{} rows / {} requests", logs["rows"], logs["requests_sent"]),
+                Some(logs["rows_match"] == true),
+            ));
+            let ratio = litellm.and_then(|l| {
+                Some(g["concurrency"]["rps"].as_f64()? / l["concurrency"]["rps"].as_f64()?)
+            });
+            out.push(target(
+                g,
+                "throughput with logging on >= 100x LiteLLM (one worker)",
+                ratio.map_or("no peer (--peer litellm)".into(), |r| format!("{r:.1}x")),
+                ratio.map(|r| r >= 100.0),
+            ));
+        } else {
+            out.push(target(
+                g,
+                "no log rows with logging off",
+                format!("{} rows", logs["rows"]),
+                Some(logs["rows_match"] == true),
+            ));
+        }
+        let headroom = &g["concurrency"]["mock_headroom"];
+        out.push(target(
+            g,
+            "mock headroom >= 5x (mock throughput / gateway's)",
+            if g["concurrency"]["mock_headroom_ok"] == true {
+                format!("{headroom}x")
+            } else {
+                format!("{headroom}x: mock headroom insufficient")
+            },
+            Some(g["concurrency"]["mock_headroom_ok"] == true),
+        ));
+        out.push(target(
+            g,
+            "no failed requests",
+            format!("{} of {}", g["errors"], g["requests_sent"]),
+            Some(g["errors"] == 0),
+        ));
+    }
+    out
+}
+
+/// Baton gateway against LiteLLM, each ratio oriented so that above 1 favours Baton.
+fn ratios(gateways: &[Value]) -> Vec<Value> {
+    let Some(litellm) = live(gateways).find(|g| g["name"] == "litellm") else {
+        return Vec::new();
+    };
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => Some((a / b * 10.0).round() / 10.0),
+        _ => None,
+    };
+    let f = |v: &Value| v.as_f64();
+    live(gateways)
+        .filter(|g| g["name"] != "litellm")
+        .map(|g| {
+            json!({
+                "gateway": g["name"],
+                "throughput_x": ratio(f(&g["concurrency"]["rps"]), f(&litellm["concurrency"]["rps"])),
+                "highest_sustained_rate_x": ratio(f(&g["sweep"]["highest_passing_rps"]), f(&litellm["sweep"]["highest_passing_rps"])),
+                "cpu_per_request_x_closed_loop": ratio(f(&litellm["concurrency"]["cpu_us_per_request"]), f(&g["concurrency"]["cpu_us_per_request"])),
+                "cpu_per_request_x_concurrency_1": ratio(f(&litellm["concurrency_1"]["cpu_us_per_request"]), f(&g["concurrency_1"]["cpu_us_per_request"])),
+                "rss_idle_x": ratio(f(&litellm["rss_kb"]["idle"]), f(&g["rss_kb"]["idle"])),
+                "rss_under_load_x": ratio(f(&litellm["rss_kb"]["under_load_peak"]), f(&g["rss_kb"]["under_load_peak"])),
+                "added_p99_concurrency_1_x": ratio(f(&litellm["concurrency_1"]["added_p99_us"]), f(&g["concurrency_1"]["added_p99_us"])),
+                "added_ttft_p99_x": ratio(f(&litellm["streams"]["added_ttft_p99_us"]), f(&g["streams"]["added_ttft_p99_us"])),
+            })
+        })
+        .collect()
+}
+
+fn machine_description() -> Value {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_string())
+        })
+        .unwrap_or_default();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    json!({
+        "cpus": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
+        "cpu_model": cpu,
+        "load_average_at_end": load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    })
+}
+
+fn num(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => group(i),
+            (None, Some(f)) => format!("{f:.1}"),
+            _ => n.to_string(),
+        },
+        other => other.to_string(),
+    }
+}
+
+/// 12345 -> "12,345".
+fn group(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+fn pair(a: &Value, b: &Value) -> String {
+    format!("{} / {}", num(a), num(b))
+}
+
+fn mb(v: &Value) -> String {
+    v.as_f64()
+        .map_or("-".into(), |kb| format!("{:.1}", kb / 1024.0))
+}
+
+type Cell = Box<dyn Fn(&Value) -> String>;
+
+pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    let gateways: Vec<&Value> = report["gateways"]
+        .as_array()
+        .map(|g| g.iter().collect())
+        .unwrap_or_default();
+    let direct = &report["direct"];
+    let options = &report["options"];
+    writeln!(
+        out,
+        "\nBaton load benchmark ({}; {} CPUs, {}; load average at the end {}; {} s)\nWritten to {}\n",
+        report["pinning"].as_str().unwrap_or(""),
+        report["machine"]["cpus"],
+        report["machine"]["cpu_model"].as_str().unwrap_or(""),
+        report["machine"]["load_average_at_end"]
+            .as_str()
+            .unwrap_or(""),
+        report["elapsed_secs"],
+        path.display()
+    )?;
+    for g in gateways.iter().filter(|g| g.get("skipped").is_some()) {
+        writeln!(out, "{} skipped: {}\n", g["name"], g["skipped"])?;
+    }
+    let live: Vec<&Value> = gateways
+        .iter()
+        .copied()
+        .filter(|g| g.get("skipped").is_none())
+        .collect();
+
+    let mut rows: Vec<(String, String, Cell)> = Vec::new();
+    let c1 = &direct["concurrency_1"];
+    rows.push((
+        "concurrency 1: p50 / p99 us".into(),
+        pair(&c1["p50_us"], &c1["p99_us"]),
+        Box::new(|g| {
+            pair(
+                &g["concurrency_1"]["gateway"]["p50_us"],
+                &g["concurrency_1"]["gateway"]["p99_us"],
+            )
+        }),
+    ));
+    rows.push((
+        "concurrency 1: added p50 / p99 us".into(),
+        String::new(),
+        Box::new(|g| {
+            pair(
+                &g["concurrency_1"]["added_p50_us"],
+                &g["concurrency_1"]["added_p99_us"],
+            )
+        }),
+    ));
+    let direct_rates = direct["rates"].as_array().cloned().unwrap_or_default();
+    let direct_at = move |rate: &Value, secs: &Value| {
+        direct_rates
+            .iter()
+            .find(|r| {
+                r["rate"] == *rate && r["duration_ms"].as_u64() == secs.as_u64().map(|s| s * 1000)
+            })
+            .map(|r| r["direct"].clone())
+            .unwrap_or(Value::Null)
+    };
+    for rate in options["rates"].as_array().cloned().unwrap_or_default() {
+        let d = direct_at(&rate, &options["duration_secs"]);
+        let (r1, r2, r3) = (rate.clone(), rate.clone(), rate.clone());
+        let skipped = move |g: &Value, rate: &Value| -> Option<String> {
+            g["fixed_rate"]
+                .as_array()?
+                .iter()
+                .find(|p| p["rate"] == *rate)
+                .and_then(|p| p["skipped"].as_str().map(|_| "skipped".to_string()))
+        };
+        rows.push((
+            format!("{} RPS: p50 / p99 us", num(&rate)),
+            pair(&d["p50_us"], &d["p99_us"]),
+            Box::new(move |g| {
+                skipped(g, &r1).unwrap_or_else(|| {
+                    at_rate(g, r1.as_u64().unwrap_or(0)).map_or("-".into(), |p| {
+                        pair(&p["gateway"]["p50_us"], &p["gateway"]["p99_us"])
+                    })
+                })
+            }),
+        ));
+        rows.push((
+            format!("{} RPS: added p50 / p99 us", num(&rate)),
+            String::new(),
+            Box::new(move |g| {
+                skipped(g, &r2).unwrap_or_else(|| {
+                    at_rate(g, r2.as_u64().unwrap_or(0))
+                        .map_or("-".into(), |p| pair(&p["added_p50_us"], &p["added_p99_us"]))
+                })
+            }),
+        ));
+        rows.push((
+            format!("{} RPS: achieved RPS, CPU us/request", num(&rate)),
+            num(&d["rps"]),
+            Box::new(move |g| {
+                at_rate(g, r3.as_u64().unwrap_or(0)).map_or("-".into(), |p| {
+                    pair(&p["gateway"]["rps"], &p["cpu_us_per_request"])
+                })
+            }),
+        ));
+    }
+    rows.push((
+        "highest rate with added p99 < 1 ms, < 0.1% errors".into(),
+        String::new(),
+        Box::new(|g| {
+            let steps = g["sweep"]["steps"].as_array().map_or(0, Vec::len);
+            match &g["sweep"]["highest_passing_rps"] {
+                Value::Null if steps == 0 => "not run".into(),
+                Value::Null => "none".into(),
+                v => format!("{} RPS", num(v)),
+            }
+        }),
+    ));
+    let conc = &direct["concurrency"];
+    rows.push((
+        format!("concurrency {}: RPS / p99 us", options["concurrency"]),
+        pair(&conc["rps"], &conc["p99_us"]),
+        Box::new(|g| {
+            pair(
+                &g["concurrency"]["gateway"]["rps"],
+                &g["concurrency"]["gateway"]["p99_us"],
+            )
+        }),
+    ));
+    rows.push((
+        "mock headroom (direct / gateway RPS)".into(),
+        String::new(),
+        Box::new(|g| {
+            let ok = g["concurrency"]["mock_headroom_ok"] == true;
+            format!(
+                "{}x{}",
+                num(&g["concurrency"]["mock_headroom"]),
+                if ok { "" } else { " INSUFFICIENT" }
+            )
+        }),
+    ));
+    rows.push((
+        "CPU us/request: concurrency 1 / closed loop".into(),
+        String::new(),
+        Box::new(|g| {
+            pair(
+                &g["concurrency_1"]["cpu_us_per_request"],
+                &g["concurrency"]["cpu_us_per_request"],
+            )
+        }),
+    ));
+    let streams = &direct["streams"];
+    rows.push((
+        format!("{} streams: TTFT p50 / p99 us", options["streams"]),
+        pair(&streams["ttft"]["p50_us"], &streams["ttft"]["p99_us"]),
+        Box::new(|g| {
+            pair(
+                &g["streams"]["gateway"]["ttft"]["p50_us"],
+                &g["streams"]["gateway"]["ttft"]["p99_us"],
+            )
+        }),
+    ));
+    rows.push((
+        "streams: added TTFT p50 / p99 us".into(),
+        String::new(),
+        Box::new(|g| {
+            pair(
+                &g["streams"]["added_ttft_p50_us"],
+                &g["streams"]["added_ttft_p99_us"],
+            )
+        }),
+    ));
+    rows.push((
+        "streams: inter-chunk gap p50 / p99 us".into(),
+        pair(&streams["gap"]["p50_us"], &streams["gap"]["p99_us"]),
+        Box::new(|g| {
+            pair(
+                &g["streams"]["gateway"]["gap"]["p50_us"],
+                &g["streams"]["gateway"]["gap"]["p99_us"],
+            )
+        }),
+    ));
+    let many = &direct["concurrent_streams"];
+    rows.push((
+        format!(
+            "{} concurrent streams: ok / TTFT p99 us",
+            options["concurrent_streams"]
+        ),
+        format!(
+            "{} / {}",
+            num(&json!(
+                many["ttft"]["requests"].as_i64().unwrap_or(0)
+                    - many["ttft"]["errors"].as_i64().unwrap_or(0)
+            )),
+            num(&many["ttft"]["p99_us"])
+        ),
+        Box::new(|g| {
+            pair(
+                &g["concurrent_streams"]["succeeded"],
+                &g["concurrent_streams"]["gateway"]["ttft"]["p99_us"],
+            )
+        }),
+    ));
+    rows.push((
+        "concurrent streams: added TTFT p99 us / peak RSS MB".into(),
+        String::new(),
+        Box::new(|g| {
+            format!(
+                "{} / {}",
+                num(&g["concurrent_streams"]["added_ttft_p99_us"]),
+                mb(&g["concurrent_streams"]["peak_rss_kb"])
+            )
+        }),
+    ));
+    rows.push((
+        "RSS MB: idle / load peak / after".into(),
+        String::new(),
+        Box::new(|g| {
+            format!(
+                "{} / {} / {}",
+                mb(&g["rss_kb"]["idle"]),
+                mb(&g["rss_kb"]["under_load_peak"]),
+                mb(&g["rss_kb"]["after_load"])
+            )
+        }),
+    ));
+    rows.push((
+        "log rows / requests sent".into(),
+        String::new(),
+        Box::new(|g| {
+            if g["log_rows"].get("rows").is_some() {
+                pair(&g["log_rows"]["rows"], &g["log_rows"]["requests_sent"])
+            } else {
+                format!("no log / {}", num(&g["log_rows"]["requests_sent"]))
+            }
+        }),
+    ));
+    rows.push((
+        "errors".into(),
+        String::new(),
+        Box::new(|g| num(&g["errors"])),
+    ));
+
+    write!(out, "| figure | direct |")?;
+    for g in &live {
+        write!(out, " {} |", g["name"].as_str().unwrap_or(""))?;
+    }
+    writeln!(out)?;
+    writeln!(out, "|---|---|{}", "---|".repeat(live.len()))?;
+    for (label, direct_cell, cell) in &rows {
+        write!(out, "| {label} | {direct_cell} |")?;
+        for g in &live {
+            write!(out, " {} |", cell(g))?;
+        }
+        writeln!(out)?;
+    }
+
+    writeln!(
+        out,
+        "\n| gateway | issue 9 target | value | met |\n|---|---|---|---|"
+    )?;
+    for t in report["targets"].as_array().into_iter().flatten() {
+        let met = match t["met"].as_bool() {
+            Some(true) => "met",
+            Some(false) => "**not met**",
+            None => "n/a",
+        };
+        writeln!(
+            out,
+            "| {} | {} | {} | {met} |",
+            t["gateway"].as_str().unwrap_or(""),
+            t["target"].as_str().unwrap_or(""),
+            t["value"].as_str().unwrap_or("")
+        )?;
+    }
+    let ratios = report["ratios"].as_array().cloned().unwrap_or_default();
+    if !ratios.is_empty() {
+        writeln!(
+            out,
+            "\n| Baton vs LiteLLM (above 1 favours Baton) | throughput | highest sustained rate | CPU/request (closed loop) | CPU/request (c=1) | RSS idle | RSS under load | added p99 c=1 | added TTFT p99 |\n|---|---|---|---|---|---|---|---|---|"
+        )?;
+        for r in &ratios {
+            let x = |v: &Value| match v.as_f64() {
+                Some(f) => format!("{f:.1}x"),
+                None => "-".into(),
+            };
+            writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r["gateway"].as_str().unwrap_or(""),
+                x(&r["throughput_x"]),
+                x(&r["highest_sustained_rate_x"]),
+                x(&r["cpu_per_request_x_closed_loop"]),
+                x(&r["cpu_per_request_x_concurrency_1"]),
+                x(&r["rss_idle_x"]),
+                x(&r["rss_under_load_x"]),
+                x(&r["added_p99_concurrency_1_x"]),
+                x(&r["added_ttft_p99_x"]),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// What `--smoke` (CI) insists on: every requested gateway ran, nothing failed, and the
+/// invocation log holds exactly one row per request (none with logging off).
+pub fn smoke_checks(report: &Value) -> anyhow::Result<()> {
+    for g in report["gateways"].as_array().into_iter().flatten() {
+        let name = g["name"].as_str().unwrap_or("?");
+        ensure!(
+            g.get("skipped").is_none(),
+            "{name} was skipped: {}",
+            g["skipped"]
+        );
+        ensure!(
+            g["errors"] == 0,
+            "{name}: {} of {} requests failed",
+            g["errors"],
+            g["requests_sent"]
+        );
+        if g["log_rows"].get("rows").is_some() {
+            ensure!(
+                g["log_rows"]["rows_match"] == true,
+                "{name}: the invocation log has {} rows for {} requests (logging {})",
+                g["log_rows"]["rows"],
+                g["log_rows"]["requests_sent"],
+                if g["log_rows"]["logging"] == true {
+                    "on"
+                } else {
+                    "off"
+                }
+            );
+        }
+        ensure!(
+            g["concurrent_streams"]["succeeded"] == g["concurrent_streams"]["count"],
+            "{name}: {} of {} concurrent streams succeeded",
+            g["concurrent_streams"]["succeeded"],
+            g["concurrent_streams"]["count"]
+        );
+    }
+    let direct = &report["direct"];
+    for phase in ["concurrency_1", "concurrency"] {
+        ensure!(
+            direct[phase]["errors"] == 0,
+            "direct {phase}: {} errors",
+            direct[phase]["errors"]
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_grouped() {
+        assert_eq!(group(0), "0");
+        assert_eq!(group(999), "999");
+        assert_eq!(group(1000), "1,000");
+        assert_eq!(group(-1234567), "-1,234,567");
+        assert_eq!(num(&json!(12.34)), "12.3");
+        assert_eq!(num(&Value::Null), "-");
+    }
+
+    #[test]
+    fn smoke_fails_on_lost_rows_and_passes_when_all_match() {
+        let gateway = |rows_match: bool| {
+            json!({"name": "baton-sqlite", "errors": 0, "requests_sent": 10,
+                   "log_rows": {"logging": true, "rows": 9, "requests_sent": 10, "rows_match": rows_match},
+                   "concurrent_streams": {"count": 5, "succeeded": 5}})
+        };
+        let report = |g: Value| json!({"gateways": [g], "direct": {"concurrency_1": {"errors": 0}, "concurrency": {"errors": 0}}});
+        let err = smoke_checks(&report(gateway(false)))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("9 rows for 10 requests"), "{err}");
+        smoke_checks(&report(gateway(true))).unwrap();
+        let skipped = json!({"name": "baton-postgres", "skipped": "unreachable"});
+        assert!(smoke_checks(&report(skipped)).is_err());
+    }
+}

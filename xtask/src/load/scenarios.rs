@@ -1,0 +1,439 @@
+//! The scenarios, run once directly against the mock (the baseline) and then through each
+//! gateway, each gateway figure next to the direct one it is compared with.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::driver::{self, Outcome, StreamOutcome, Target};
+use super::options::{Gateway, Options};
+use super::procs::{self, RssSampler};
+
+/// Requests of each gateway's warm-up, before anything is measured.
+const WARM_UP: u64 = 200;
+/// Skip a fixed rate above this multiple of a gateway's closed-loop throughput: it would only
+/// measure a queue growing for the whole phase (LiteLLM at 5,000 RPS).
+const OVERLOAD_FACTOR: f64 = 3.0;
+/// A sweep step passes under this added p99 and error rate.
+pub const SWEEP_MAX_ADDED_P99_US: i64 = 1_000;
+pub const SWEEP_MAX_ERROR_RATE: f64 = 0.001;
+/// How long the invocation log may take to catch up after the load stops.
+const LOG_DRAIN_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct Context {
+    pub options: Options,
+    pub client: reqwest::Client,
+    pub clock_ticks: u64,
+    pub direct: Target,
+    pub baseline: Baseline,
+}
+
+/// The direct figures: fixed rates (and sweep steps) are measured on first use and kept.
+pub struct Baseline {
+    pub c1: Outcome,
+    pub conc: Outcome,
+    pub streams: StreamOutcome,
+    pub many: StreamOutcome,
+    rates: BTreeMap<(u64, u64), Outcome>,
+}
+
+pub fn progress(path: &str, message: &str) {
+    eprintln!("bench: [{path}] {message}");
+}
+
+fn summary(outcome: &Outcome) -> String {
+    format!(
+        "{} requests, {:.0} RPS, p50 {} us, p99 {} us, {} errors{}",
+        outcome.sent,
+        outcome.rps(),
+        outcome.quantile(0.5),
+        outcome.quantile(0.99),
+        outcome.errors,
+        outcome
+            .first_error
+            .as_deref()
+            .map(|e| format!(" (first: {e})"))
+            .unwrap_or_default()
+    )
+}
+
+impl Baseline {
+    pub async fn measure(
+        options: &Options,
+        client: &reqwest::Client,
+        direct: &Target,
+    ) -> anyhow::Result<Baseline> {
+        progress("direct", "warm-up");
+        driver::sequential(client, direct, None, Some(WARM_UP)).await?;
+        let c1 = driver::sequential(client, direct, Some(options.duration), None).await?;
+        progress("direct", &format!("concurrency 1: {}", summary(&c1)));
+        let conc =
+            driver::concurrent(client, direct, options.concurrency, options.duration).await?;
+        progress(
+            "direct",
+            &format!("concurrency {}: {}", options.concurrency, summary(&conc)),
+        );
+        let streams = driver::streams(client, direct, options.streams).await?;
+        progress(
+            "direct",
+            &format!(
+                "{} streams: TTFT {}",
+                options.streams,
+                summary(&streams.ttft)
+            ),
+        );
+        let many = driver::concurrent_streams(client, direct, options.concurrent_streams).await?;
+        progress(
+            "direct",
+            &format!(
+                "{} concurrent streams: TTFT {}",
+                options.concurrent_streams,
+                summary(&many.ttft)
+            ),
+        );
+        Ok(Baseline {
+            c1,
+            conc,
+            streams,
+            many,
+            rates: BTreeMap::new(),
+        })
+    }
+
+    async fn at_rate(
+        &mut self,
+        client: &reqwest::Client,
+        direct: &Target,
+        rate: u64,
+        duration: Duration,
+    ) -> anyhow::Result<&Outcome> {
+        let key = (rate, duration.as_millis() as u64);
+        if let std::collections::btree_map::Entry::Vacant(entry) = self.rates.entry(key) {
+            let outcome = driver::fixed_rate(client, direct, rate as f64, duration).await?;
+            progress("direct", &format!("{rate} RPS: {}", summary(&outcome)));
+            entry.insert(outcome);
+        }
+        self.rates
+            .get(&key)
+            .ok_or_else(|| anyhow::anyhow!("direct rate {rate} not measured"))
+    }
+
+    pub fn json(&self) -> Value {
+        let rates: Vec<Value> = self
+            .rates
+            .iter()
+            .map(|((rate, ms), outcome)| json!({"rate": rate, "duration_ms": ms, "direct": outcome.json()}))
+            .collect();
+        json!({
+            "concurrency_1": self.c1.json(),
+            "concurrency": self.conc.json(),
+            "streams": self.streams.json(),
+            "concurrent_streams": self.many.json(),
+            "rates": rates,
+        })
+    }
+}
+
+/// Gateway minus direct at one quantile (signed: noise can make it negative).
+fn added(gateway: &Outcome, direct: &Outcome, q: f64) -> i64 {
+    if gateway.histogram.is_empty() || direct.histogram.is_empty() {
+        return i64::MAX;
+    }
+    i64::try_from(gateway.quantile(q)).unwrap_or(i64::MAX)
+        - i64::try_from(direct.quantile(q)).unwrap_or(i64::MAX)
+}
+
+fn added_q(
+    gateway: &hdrhistogram::Histogram<u64>,
+    direct: &hdrhistogram::Histogram<u64>,
+    q: f64,
+) -> Value {
+    if gateway.is_empty() || direct.is_empty() {
+        return Value::Null;
+    }
+    Value::from(gateway.value_at_quantile(q) as i64 - direct.value_at_quantile(q) as i64)
+}
+
+/// CPU time of the gateway's process tree over one phase, per request sent.
+struct CpuMeter {
+    pid: u32,
+    ticks_per_second: u64,
+    before: u64,
+}
+
+impl CpuMeter {
+    fn start(pid: u32, ticks_per_second: u64) -> CpuMeter {
+        CpuMeter {
+            pid,
+            ticks_per_second,
+            before: procs::cpu_ticks(pid),
+        }
+    }
+
+    fn per_request(self, requests: u64) -> i64 {
+        let ticks = procs::cpu_ticks(self.pid).saturating_sub(self.before);
+        let micros = ticks as f64 * 1e6 / self.ticks_per_second.max(1) as f64;
+        (micros / requests.max(1) as f64).round() as i64
+    }
+}
+
+/// Counts what a gateway was sent, for the log-row check.
+#[derive(Default)]
+struct Sent {
+    requests: u64,
+    errors: u64,
+}
+
+impl Sent {
+    fn add(&mut self, outcome: &Outcome) {
+        self.requests += outcome.sent;
+        self.errors += outcome.errors;
+    }
+}
+
+/// Every scenario through one gateway (already started, serving `target`, process `pid`).
+pub async fn run_gateway(
+    ctx: &mut Context,
+    gateway: Gateway,
+    target: &Target,
+    pid: u32,
+    baton_addr: Option<&str>,
+) -> anyhow::Result<Value> {
+    let name = gateway.name();
+    let options = ctx.options.clone();
+    let client = ctx.client.clone();
+    let ticks = ctx.clock_ticks;
+    let mut sent = Sent::default();
+    let mut cpu = serde_json::Map::new();
+
+    let rss_idle = procs::rss_kb(pid);
+    let sampler = RssSampler::start(pid);
+    progress(
+        name,
+        &format!("idle RSS {:.1} MB; warm-up", rss_idle as f64 / 1024.0),
+    );
+    let warm = driver::sequential(&client, target, None, Some(WARM_UP)).await?;
+    sent.add(&warm);
+    let warm_streams = driver::streams(&client, target, 3).await?;
+    sent.add(&warm_streams.ttft);
+
+    let meter = CpuMeter::start(pid, ticks);
+    let c1 = driver::sequential(&client, target, Some(options.duration), None).await?;
+    let c1_cpu = meter.per_request(c1.sent);
+    sent.add(&c1);
+    cpu.insert("concurrency_1".into(), c1_cpu.into());
+    progress(name, &format!("concurrency 1: {}", summary(&c1)));
+    let c1_json = json!({
+        "gateway": c1.json(),
+        "added_p50_us": added(&c1, &ctx.baseline.c1, 0.50),
+        "added_p99_us": added(&c1, &ctx.baseline.c1, 0.99),
+        "cpu_us_per_request": c1_cpu,
+    });
+
+    let meter = CpuMeter::start(pid, ticks);
+    let conc = driver::concurrent(&client, target, options.concurrency, options.duration).await?;
+    let conc_cpu = meter.per_request(conc.sent);
+    sent.add(&conc);
+    cpu.insert(
+        format!("concurrency_{}", options.concurrency),
+        conc_cpu.into(),
+    );
+    progress(
+        name,
+        &format!("concurrency {}: {}", options.concurrency, summary(&conc)),
+    );
+    let headroom = ctx.baseline.conc.rps() / conc.rps().max(f64::MIN_POSITIVE);
+    let conc_json = json!({
+        "concurrency": options.concurrency,
+        "gateway": conc.json(),
+        "rps": (conc.rps() * 10.0).round() / 10.0,
+        "mock_headroom": (headroom * 10.0).round() / 10.0,
+        "mock_headroom_ok": headroom >= 5.0,
+        "cpu_us_per_request": conc_cpu,
+    });
+    if headroom < 5.0 {
+        progress(
+            name,
+            &format!("mock headroom insufficient: {headroom:.1}x (needs 5x)"),
+        );
+    }
+
+    let mut fixed = Vec::new();
+    for &rate in &options.rates {
+        if rate as f64 > OVERLOAD_FACTOR * conc.rps() {
+            let reason = format!(
+                "skipped: {rate} RPS is over {OVERLOAD_FACTOR}x its closed-loop throughput ({:.0} RPS)",
+                conc.rps()
+            );
+            progress(name, &format!("{rate} RPS {reason}"));
+            fixed.push(json!({"rate": rate, "skipped": reason}));
+            continue;
+        }
+        let direct = ctx
+            .baseline
+            .at_rate(&client, &ctx.direct, rate, options.duration)
+            .await?;
+        let meter = CpuMeter::start(pid, ticks);
+        let outcome = driver::fixed_rate(&client, target, rate as f64, options.duration).await?;
+        let phase_cpu = meter.per_request(outcome.sent);
+        sent.add(&outcome);
+        cpu.insert(format!("fixed_{rate}"), phase_cpu.into());
+        progress(name, &format!("{rate} RPS: {}", summary(&outcome)));
+        fixed.push(json!({
+            "rate": rate,
+            "gateway": outcome.json(),
+            "added_p50_us": added(&outcome, direct, 0.50),
+            "added_p99_us": added(&outcome, direct, 0.99),
+            "cpu_us_per_request": phase_cpu,
+        }));
+    }
+
+    let mut steps = Vec::new();
+    let mut highest: Option<u64> = None;
+    for &rate in &options.sweep {
+        let direct = ctx
+            .baseline
+            .at_rate(&client, &ctx.direct, rate, options.sweep_duration)
+            .await?;
+        let meter = CpuMeter::start(pid, ticks);
+        let outcome =
+            driver::fixed_rate(&client, target, rate as f64, options.sweep_duration).await?;
+        let phase_cpu = meter.per_request(outcome.sent);
+        sent.add(&outcome);
+        let added_p99 = added(&outcome, direct, 0.99);
+        let achieved = outcome.rps() >= 0.95 * rate as f64;
+        let passed = added_p99 < SWEEP_MAX_ADDED_P99_US
+            && outcome.error_rate() < SWEEP_MAX_ERROR_RATE
+            && achieved;
+        progress(
+            name,
+            &format!(
+                "sweep {rate} RPS: added p99 {added_p99} us, {:.2}% errors: {}",
+                outcome.error_rate() * 100.0,
+                if passed { "pass" } else { "fail (sweep ends)" }
+            ),
+        );
+        steps.push(json!({
+            "rate": rate,
+            "achieved_rps": (outcome.rps() * 10.0).round() / 10.0,
+            "gateway_p99_us": outcome.quantile(0.99),
+            "direct_p99_us": direct.quantile(0.99),
+            "added_p99_us": added_p99,
+            "error_rate": outcome.error_rate(),
+            "cpu_us_per_request": phase_cpu,
+            "passed": passed,
+        }));
+        if !passed {
+            break;
+        }
+        highest = Some(rate);
+    }
+    let sweep_json = json!({
+        "step_secs": options.sweep_duration.as_secs(),
+        "criteria": format!("added p99 < {SWEEP_MAX_ADDED_P99_US} us, errors < {}%, achieved >= 95% of the rate", SWEEP_MAX_ERROR_RATE * 100.0),
+        "steps": steps,
+        "highest_passing_rps": highest,
+    });
+
+    let streams = driver::streams(&client, target, options.streams).await?;
+    sent.add(&streams.ttft);
+    progress(
+        name,
+        &format!(
+            "{} streams: TTFT {}",
+            options.streams,
+            summary(&streams.ttft)
+        ),
+    );
+    let base = &ctx.baseline.streams;
+    let streams_json = json!({
+        "count": options.streams,
+        "shape": format!("{} chunks {} ms apart", procs::SHORT_CHUNKS, procs::SHORT_GAP_MS),
+        "gateway": streams.json(),
+        "added_ttft_p50_us": added(&streams.ttft, &base.ttft, 0.50),
+        "added_ttft_p99_us": added(&streams.ttft, &base.ttft, 0.99),
+        "added_gap_p50_us": added_q(&streams.gaps, &base.gaps, 0.50),
+        "added_gap_p99_us": added_q(&streams.gaps, &base.gaps, 0.99),
+    });
+    let rss_load = sampler.take_peak(pid);
+
+    let started = Instant::now();
+    let meter = CpuMeter::start(pid, ticks);
+    let many = driver::concurrent_streams(&client, target, options.concurrent_streams).await?;
+    let many_cpu = meter.per_request(many.ttft.sent);
+    let rss_streams = sampler.take_peak(pid);
+    sent.add(&many.ttft);
+    cpu.insert("concurrent_streams".into(), many_cpu.into());
+    progress(
+        name,
+        &format!(
+            "{} concurrent streams in {:.1} s: TTFT {}; peak RSS {:.1} MB",
+            options.concurrent_streams,
+            started.elapsed().as_secs_f64(),
+            summary(&many.ttft),
+            rss_streams as f64 / 1024.0
+        ),
+    );
+    let base = &ctx.baseline.many;
+    let many_json = json!({
+        "count": options.concurrent_streams,
+        "shape": format!("{} chunks {} ms apart", procs::LONG_CHUNKS, procs::LONG_GAP_MS),
+        "succeeded": many.ttft.sent - many.ttft.errors,
+        "gateway": many.json(),
+        "added_ttft_p99_us": added(&many.ttft, &base.ttft, 0.99),
+        "peak_rss_kb": rss_streams,
+        "cpu_us_per_request": many_cpu,
+    });
+
+    let log_rows = match baton_addr {
+        Some(addr) => {
+            let expected = if gateway.logs() { sent.requests } else { 0 };
+            progress(
+                name,
+                &format!("counting invocation-log rows (expecting {expected})"),
+            );
+            let timeout = if gateway.logs() {
+                LOG_DRAIN_TIMEOUT
+            } else {
+                Duration::ZERO
+            };
+            let rows =
+                driver::wait_for_log_rows(&client, addr, procs::BOOTSTRAP_KEY, expected, timeout)
+                    .await?;
+            progress(name, &format!("{rows} rows for {} requests", sent.requests));
+            json!({
+                "logging": gateway.logs(),
+                "requests_sent": sent.requests,
+                "rows": rows,
+                "rows_match": rows == expected,
+            })
+        }
+        None => {
+            json!({"logging": false, "requests_sent": sent.requests, "note": "LiteLLM without a database keeps no request log"})
+        }
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let rss_after = procs::rss_kb(pid);
+    drop(sampler);
+
+    Ok(json!({
+        "name": name,
+        "concurrency_1": c1_json,
+        "concurrency": conc_json,
+        "fixed_rate": fixed,
+        "sweep": sweep_json,
+        "streams": streams_json,
+        "concurrent_streams": many_json,
+        "cpu_us_per_request": cpu,
+        "rss_kb": {
+            "idle": rss_idle,
+            "under_load_peak": rss_load,
+            "concurrent_streams_peak": rss_streams,
+            "after_load": rss_after,
+        },
+        "log_rows": log_rows,
+        "requests_sent": sent.requests,
+        "errors": sent.errors,
+    }))
+}
