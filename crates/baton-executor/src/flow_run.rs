@@ -763,34 +763,34 @@ fn live_envelopes(
     limits: &crate::bounds::Limits,
     shows_errors: bool,
 ) -> impl futures::Stream<Item = Value> + Send + 'static {
-    let deadline = Some((
-        tokio::time::Instant::now() + limits.max_stream_duration,
+    let deadline = Some(crate::stream::Deadline::after(
+        limits.max_stream_duration,
         limits.stream_duration_exceeded(),
     ));
-    let stream =
-        futures::stream::unfold((Some(receiver), deadline), move |(receiver, deadline)| {
-            let run_id = run_id.clone();
-            async move {
-                let mut receiver = receiver?;
-                tokio::select! {
-                    envelope = receiver.recv() => {
-                        let envelope = envelope?;
-                        Some((Some(envelope), (Some(receiver), deadline)))
-                    }
-                    error = crate::stream::past(deadline.as_ref()) => {
-                        // Dropping the receiver: the run's further events go to its log only.
-                        drop(receiver);
-                        let envelope = shows_errors.then(|| {
-                            EventLog::new(run_id).emit(
-                                "error",
-                                json!({"code": error.code(), "message": error.to_string(),
-                                       "agentRole": Value::Null, "recoverable": false}),
-                            )
-                        });
-                        Some((envelope, (None, None)))
-                    }
+    // The run id travels in the state (it names the request of the `error` event).
+    let stream = futures::stream::unfold(
+        (Some(receiver), deadline, run_id),
+        move |(receiver, mut deadline, run_id)| async move {
+            let mut receiver = receiver?;
+            tokio::select! {
+                envelope = receiver.recv() => {
+                    let envelope = envelope?;
+                    Some((Some(envelope), (Some(receiver), deadline, run_id)))
+                }
+                error = crate::stream::past(deadline.as_mut()) => {
+                    // Dropping the receiver: the run's further events go to its log only.
+                    drop(receiver);
+                    let envelope = shows_errors.then(|| {
+                        EventLog::new(run_id.clone()).emit(
+                            "error",
+                            json!({"code": error.code(), "message": error.to_string(),
+                                   "agentRole": Value::Null, "recoverable": false}),
+                        )
+                    });
+                    Some((envelope, (None, None, run_id)))
                 }
             }
-        });
+        },
+    );
     futures::StreamExt::filter_map(stream, futures::future::ready)
 }

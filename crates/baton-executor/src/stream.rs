@@ -62,7 +62,7 @@ pub struct EventStream {
     /// The requested response schema, checked when the stream ends.
     schema: Option<OutputSchema>,
     /// Past it the stream ends with an `error` event (`limits.max_stream_duration`).
-    deadline: Option<(tokio::time::Instant, ExecutorError)>,
+    deadline: Option<Deadline>,
 }
 
 impl EventStream {
@@ -100,7 +100,7 @@ impl EventStream {
     /// Ends the stream after `max` with an `error` event carrying `error`; the provider call is
     /// dropped and what it produced is logged and billed.
     pub fn with_deadline(mut self, max: std::time::Duration, error: ExecutorError) -> Self {
-        self.deadline = Some((tokio::time::Instant::now() + max, error));
+        self.deadline = Some(Deadline::after(max, error));
         self
     }
 
@@ -205,12 +205,28 @@ impl Drop for EventStream {
     }
 }
 
+/// When a stream must end, and the error it ends with. One timer for the stream's life (not
+/// one per event).
+pub struct Deadline {
+    sleep: std::pin::Pin<Box<tokio::time::Sleep>>,
+    error: ExecutorError,
+}
+
+impl Deadline {
+    pub fn after(max: std::time::Duration, error: ExecutorError) -> Deadline {
+        Deadline {
+            sleep: Box::pin(tokio::time::sleep(max)),
+            error,
+        }
+    }
+}
+
 /// Resolves with the error once the deadline passes; never without one.
-pub async fn past(deadline: Option<&(tokio::time::Instant, ExecutorError)>) -> ExecutorError {
+pub async fn past(deadline: Option<&mut Deadline>) -> ExecutorError {
     match deadline {
-        Some((at, error)) => {
-            tokio::time::sleep_until(*at).await;
-            error.clone()
+        Some(deadline) => {
+            deadline.sleep.as_mut().await;
+            deadline.error.clone()
         }
         None => std::future::pending().await,
     }
@@ -276,7 +292,7 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
                         let data = json!({"elapsedMs": s.events.elapsed_ms(), "eventCount": s.events.count()});
                         batch.push(s.emit("heartbeat", data));
                     }
-                    error = past(s.deadline.as_ref()) => batch.extend(s.fail(&error).await),
+                    error = past(s.deadline.as_mut()) => batch.extend(s.fail(&error).await),
                 }
             }
             Phase::Done => return None,

@@ -19,7 +19,7 @@ use futures::{Stream, StreamExt};
 use serde_json::Value;
 
 use baton_executor::ExecutorError;
-use baton_executor::stream::structured_output_problem;
+use baton_executor::stream::{Deadline, past, structured_output_problem};
 
 use crate::auth::Principal;
 use crate::cache::CacheFill;
@@ -299,8 +299,10 @@ async fn serve_chat(
             fill,
             schema,
             call,
-            deadline: tokio::time::Instant::now() + limits.max_stream_duration,
-            expired: limits.stream_duration_exceeded(),
+            deadline: Deadline::after(
+                limits.max_stream_duration,
+                limits.stream_duration_exceeded(),
+            ),
         };
         Sse::new(holding(slot, chunk_events(state))).into_response()
     };
@@ -378,8 +380,7 @@ struct ChunkStream {
     /// The requested response schema, checked when the stream ends.
     schema: Option<OutputSchema>,
     /// Past it the stream ends with an error chunk (`limits.max_stream_duration`).
-    deadline: tokio::time::Instant,
-    expired: ExecutorError,
+    deadline: Deadline,
 }
 
 impl ChunkStream {
@@ -448,7 +449,7 @@ async fn next_or_expired(
 ) -> Option<Result<baton_domain::chat::StreamDelta, ExecutorError>> {
     tokio::select! {
         item = state.upstream.next() => item.map(|item| item.map_err(ExecutorError::from)),
-        () = tokio::time::sleep_until(state.deadline) => Some(Err(state.expired.clone())),
+        error = past(Some(&mut state.deadline)) => Some(Err(error)),
     }
 }
 
