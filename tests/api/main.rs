@@ -16,6 +16,7 @@ mod conformance;
 mod cross_tenant;
 mod customers;
 mod environments;
+mod faults;
 mod flows;
 mod health;
 mod limits;

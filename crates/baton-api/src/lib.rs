@@ -42,6 +42,9 @@ pub use routes::openapi;
 pub use state::{ApiConfig, AppState};
 
 use crate::context::RequestId;
+
+/// How long past the request deadline the outer timeout waits for the handler to answer.
+const DEADLINE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 use crate::routes::openapi::{ApiDoc, OpenApiJson};
 
 /// Builds the whole application: routes, auth, and the layers every request passes through.
@@ -86,7 +89,10 @@ pub(crate) fn with_request_layers(
                 tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
             }))
             .layer(CatchPanicLayer::custom(context::panic_response))
-            .layer(TimeoutLayer::with_status_code(StatusCode::GATEWAY_TIMEOUT, config.request_timeout))
+            // A backstop only: the executor ends its calls at `request_timeout` itself (504
+            // `PROVIDER_TIMEOUT`, the run logged). Firing at the same instant, this layer won the
+            // race and dropped the handler: a bare `TIMEOUT` and no invocation-log row.
+            .layer(TimeoutLayer::with_status_code(StatusCode::GATEWAY_TIMEOUT, config.request_timeout + DEADLINE_GRACE))
             .layer(DefaultBodyLimit::max(config.max_body_bytes)),
     )
 }

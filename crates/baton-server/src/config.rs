@@ -75,6 +75,7 @@ pub struct Config {
     pub mcp: McpSection,
     #[serde(default)]
     pub limits: LimitsConfig,
+    #[serde(default)]
     pub invocation_log: InvocationLogConfig,
     /// Exact addresses the outbound guard lets through although they are private (test servers
     /// on loopback). Not configurable from files or the environment, on purpose.

@@ -9,6 +9,7 @@
 
 pub mod bedrock;
 pub mod fast;
+pub mod faults;
 pub mod gemini;
 pub mod mcp;
 pub mod mock;
@@ -17,6 +18,7 @@ pub mod tool_host;
 pub mod webhook;
 
 pub use fast::{FastMock, FastMockOptions};
+pub use faults::{PausableProxy, ResetServer};
 pub use mcp::MockMcpServer;
 pub use mock::{Answer, CitationReply, MockProvider, Received, Reply, ToolCallReply};
 pub use webhook::{Delivery, WebhookReceiver};

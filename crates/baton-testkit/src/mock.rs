@@ -36,6 +36,11 @@ pub enum Reply {
     Delayed(Duration, Box<Reply>),
     /// Streams the first part of the answer, then breaks the connection.
     BreakAfterFirstChunk(Box<Reply>),
+    /// Streams the first part of the answer, then ends the body cleanly (no final event, no
+    /// usage, no `[DONE]`): a truncated stream that no transport error announces.
+    TruncatedStream(Box<Reply>),
+    /// A 200 whose body is this text verbatim (malformed JSON, or an SSE body of garbage).
+    Raw(String),
 }
 
 /// A source cited by a scripted answer.
@@ -415,6 +420,7 @@ async fn respond(
 ) -> Response {
     let mut reply = reply;
     let mut break_early = false;
+    let mut truncate = false;
     loop {
         match reply {
             Reply::Delayed(delay, inner) => {
@@ -425,10 +431,30 @@ async fn respond(
                 break_early = true;
                 reply = *inner;
             }
+            Reply::TruncatedStream(inner) => {
+                truncate = true;
+                reply = *inner;
+            }
             _ => break,
         }
     }
+    let cut = match (break_early, truncate) {
+        (true, _) => Cut::Break,
+        (false, true) => Cut::Clean,
+        _ => Cut::None,
+    };
     match reply {
+        Reply::Raw(body) => {
+            let content_type = if stream {
+                "text/event-stream"
+            } else {
+                "application/json"
+            };
+            Response::builder()
+                .header("content-type", content_type)
+                .body(Body::from(body))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
         Reply::Status {
             status,
             message,
@@ -486,7 +512,7 @@ async fn respond(
                         crate::bedrock::STREAM_CONTENT_TYPE,
                     ),
                 };
-                stream_body(bytes, content_type, chunk_bytes, gap, break_early)
+                stream_body(bytes, content_type, chunk_bytes, gap, cut)
             } else {
                 let body = match format {
                     Format::OpenAi => openai_body(&answer),
@@ -495,14 +521,14 @@ async fn respond(
                     Format::Gemini => crate::gemini::body(&answer),
                     Format::Bedrock => crate::bedrock::body(&answer),
                 };
-                if break_early {
+                if cut != Cut::None {
                     let bytes = serde_json::to_vec(&body).unwrap_or_default();
-                    return stream_body(bytes, "application/json", chunk_bytes, gap, true);
+                    return stream_body(bytes, "application/json", chunk_bytes, gap, cut);
                 }
                 axum::Json(body).into_response()
             }
         }
-        Reply::Delayed(..) | Reply::BreakAfterFirstChunk(..) => {
+        Reply::Delayed(..) | Reply::BreakAfterFirstChunk(..) | Reply::TruncatedStream(..) => {
             StatusCode::INTERNAL_SERVER_ERROR.into_response()
         }
     }
@@ -521,18 +547,27 @@ pub struct Answer {
     pub citations: Vec<CitationReply>,
 }
 
+/// How a body ends early: not at all, with a broken connection, or with a clean end of body.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    None,
+    Break,
+    Clean,
+}
+
 fn stream_body(
     bytes: Vec<u8>,
     content_type: &'static str,
     chunk_bytes: usize,
     gap: Duration,
-    break_early: bool,
+    cut: Cut,
 ) -> Response {
+    let break_early = cut == Cut::Break;
     let mut pieces: Vec<Bytes> = bytes
         .chunks(chunk_bytes)
         .map(Bytes::copy_from_slice)
         .collect();
-    if break_early {
+    if cut != Cut::None {
         // Over half of the answer arrives (a stream has content by then), the rest never does.
         let mut kept = 0;
         let keep = pieces

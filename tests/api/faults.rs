@@ -1,0 +1,459 @@
+//! Fault injection (issue 10 item 3): providers failing every way the testkit can fail them,
+//! the database going away and coming back. Each request must end with the documented error
+//! within its deadline (a generous outer timeout is the hang detector, not a speed check), the
+//! server must not panic, and every call must leave its invocation-log row.
+
+use std::time::Duration;
+
+use baton_domain::run::RunStatus;
+use baton_providers::ProviderConfig;
+use baton_testkit::{MockProvider, Reply, ResetServer};
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use crate::helpers::{Response, TestApp, spawn_app_with};
+
+/// The request deadline the server is given: short, so a hang is noticed.
+const REQUEST_TIMEOUT_SECS: u64 = 2;
+/// Far beyond the deadline: a request still open by then is hung.
+const HANG_DETECTOR: Duration = Duration::from_secs(30);
+
+const MODEL: &str = "openai/gpt-4o-mini";
+/// Served by a server that resets every connection.
+const RESET_MODEL: &str = "mistral/mistral-small-latest";
+
+struct Faulty {
+    app: TestApp,
+    mock: MockProvider,
+    key: String,
+}
+
+async fn faulty_app() -> Faulty {
+    let mock = MockProvider::start().await.unwrap();
+    let reset = ResetServer::start().await.unwrap();
+    let (openai_base, reset_base) = (mock.openai_base(), reset.openai_base());
+    let app = spawn_app_with(move |config| {
+        config.providers.insert(
+            "openai".into(),
+            ProviderConfig {
+                base_url: Some(openai_base),
+                api_key: Some("sk-faults".into()),
+                ..Default::default()
+            },
+        );
+        config.providers.insert(
+            "mistral".into(),
+            ProviderConfig {
+                base_url: Some(reset_base),
+                api_key: Some("sk-reset".into()),
+                ..Default::default()
+            },
+        );
+        for key in ["anthropic", "google", "bedrock", "azure", "deepseek"] {
+            config
+                .providers
+                .insert(key.into(), ProviderConfig::default());
+        }
+        config.server.request_timeout_secs = REQUEST_TIMEOUT_SECS;
+    })
+    .await;
+    let key = app.default_tenant.api_key.clone();
+    Faulty { app, mock, key }
+}
+
+impl Faulty {
+    /// Sends one chat completion; fails the test if it is still open after [`HANG_DETECTOR`].
+    async fn chat(&self, what: &str, model: &str, stream: bool) -> Response {
+        let body = json!({"model": model, "stream": stream,
+                          "messages": [{"role": "user", "content": "hi"}]});
+        tokio::time::timeout(
+            HANG_DETECTOR,
+            self.app.post("/api/v1/chat/completions", &self.key, body),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the request hung past its deadline"))
+    }
+
+    /// The finished invocation-log row of a request (written off the request path).
+    async fn logged(&self, what: &str, response: &Response) -> baton_domain::run::RunRecord {
+        let id = response.headers["x-request-id"].to_str().unwrap();
+        let tenant = baton_store::TenantId::new(self.app.default_tenant.id.clone());
+        for _ in 0..200 {
+            if let Ok(run) = self.app.store.get_run(&tenant, id).await
+                && run.completed_at.is_some()
+            {
+                return run;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{what}: run {id} was never logged");
+    }
+
+    /// The server still answers: nothing panicked its way out of the listener.
+    async fn still_serving(&self, what: &str) {
+        self.mock.push(Reply::text("still here"));
+        let ok = self.chat(what, MODEL, false).await;
+        assert_eq!(ok.status, 200, "{what}: after the fault: {}", ok.text);
+    }
+}
+
+/// The error chunk of an SSE body and whether it ends with `[DONE]`.
+fn stream_error(body: &str) -> (Option<Value>, bool) {
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:").map(str::trim))
+        .collect();
+    let error = data
+        .iter()
+        .filter(|d| **d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find(|chunk| chunk.get("error").is_some());
+    (error, data.last() == Some(&"[DONE]"))
+}
+
+#[tokio::test]
+async fn faults_provider_failures_end_with_the_documented_error_and_are_logged() {
+    let f = faulty_app().await;
+    let hang = || Reply::Delayed(Duration::from_secs(120), Box::new(Reply::text("never")));
+
+    // Sync: each fault is one request answered with the DESIGN.md error, and one Failed row.
+    let sync_cases: Vec<(&str, &str, Option<Reply>, u16, &str)> = vec![
+        (
+            "500",
+            MODEL,
+            Some(Reply::status(500, "boom")),
+            502,
+            "PROVIDER_ERROR",
+        ),
+        (
+            "503",
+            MODEL,
+            Some(Reply::status(503, "overloaded")),
+            502,
+            "PROVIDER_ERROR",
+        ),
+        (
+            "429 without Retry-After",
+            MODEL,
+            Some(Reply::status(429, "slow down")),
+            502,
+            "PROVIDER_ERROR",
+        ),
+        (
+            "429 with a Retry-After past the deadline",
+            MODEL,
+            Some(Reply::rate_limited(60)),
+            502,
+            "PROVIDER_ERROR",
+        ),
+        ("hang", MODEL, Some(hang()), 504, "PROVIDER_TIMEOUT"),
+        ("connection reset", RESET_MODEL, None, 502, "PROVIDER_ERROR"),
+        (
+            "malformed JSON",
+            MODEL,
+            Some(Reply::Raw(
+                r#"{"id": "chatcmpl-x", "choices": [{"mess"#.into(),
+            )),
+            502,
+            "PROVIDER_ERROR",
+        ),
+        (
+            "not JSON at all",
+            MODEL,
+            Some(Reply::Raw("<html>bad gateway</html>".into())),
+            502,
+            "PROVIDER_ERROR",
+        ),
+        (
+            "body cut short",
+            MODEL,
+            Some(Reply::TruncatedStream(Box::new(Reply::text(
+                "an answer whose JSON body ends half way",
+            )))),
+            502,
+            "PROVIDER_ERROR",
+        ),
+        (
+            "body broken",
+            MODEL,
+            Some(Reply::BreakAfterFirstChunk(Box::new(Reply::text(
+                "an answer whose connection breaks half way",
+            )))),
+            502,
+            "PROVIDER_ERROR",
+        ),
+    ];
+    for (what, model, fault, status, code) in sync_cases {
+        if let Some(fault) = fault {
+            f.mock.push(fault);
+        }
+        let response = f.chat(what, model, false).await;
+        assert_eq!(
+            response.status.as_u16(),
+            status,
+            "{what}: {}",
+            response.text
+        );
+        response.error(status, code);
+        let run = f.logged(what, &response).await;
+        assert_eq!(run.status, RunStatus::Failed, "{what}");
+        assert_eq!(run.error_code.as_deref(), Some(code), "{what}");
+        f.still_serving(what).await;
+    }
+
+    // Streams: a failure before the first byte is an error response; after it, the client
+    // keeps what came, then gets an error chunk and `[DONE]`. Either way one Failed row.
+    let stream_cases: Vec<(&str, &str, Option<Reply>, &str)> = vec![
+        (
+            "500",
+            MODEL,
+            Some(Reply::status(500, "boom")),
+            "PROVIDER_ERROR",
+        ),
+        ("hang", MODEL, Some(hang()), "PROVIDER_TIMEOUT"),
+        ("connection reset", RESET_MODEL, None, "PROVIDER_ERROR"),
+        (
+            "garbage events",
+            MODEL,
+            Some(Reply::Raw("data: {not json\n\ndata: }}}\n\n".into())),
+            "PROVIDER_ERROR",
+        ),
+        (
+            "broken stream",
+            MODEL,
+            Some(Reply::BreakAfterFirstChunk(Box::new(Reply::text(
+                "a streamed answer whose connection breaks",
+            )))),
+            "PROVIDER_ERROR",
+        ),
+    ];
+    for (what, model, fault, code) in stream_cases {
+        if let Some(fault) = fault {
+            f.mock.push(fault);
+        }
+        let response = f.chat(what, model, true).await;
+        if response.status == 200 {
+            let (error, done) = stream_error(&response.text);
+            let error =
+                error.unwrap_or_else(|| panic!("{what}: no error chunk: {}", response.text));
+            assert_eq!(error["error"]["code"], code, "{what}: {}", response.text);
+            assert!(done, "{what}: no [DONE]: {}", response.text);
+        } else {
+            let status = if code == "PROVIDER_TIMEOUT" { 504 } else { 502 };
+            response.error(status, code);
+        }
+        let run = f.logged(what, &response).await;
+        // Content already relayed keeps the row `Succeeded` (with what arrived); the failure
+        // is in its error code either way.
+        if response.status != 200 {
+            assert_eq!(run.status, RunStatus::Failed, "{what}");
+        }
+        assert_eq!(run.error_code.as_deref(), Some(code), "{what}");
+        f.still_serving(what).await;
+    }
+
+    let health = f.app.request(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200);
+}
+
+/// `/readyz`, bounded by the hang detector.
+async fn readiness(app: &TestApp) -> u16 {
+    let ready = tokio::time::timeout(
+        HANG_DETECTOR,
+        app.request(Method::GET, "/readyz", None, None),
+    )
+    .await
+    .expect("/readyz hung");
+    ready.status.as_u16()
+}
+
+/// Polls `/readyz` until it answers `want` (up to ~30 s: the pool must notice by itself).
+async fn readiness_becomes(app: &TestApp, want: u16) {
+    let mut last = 0;
+    for _ in 0..60 {
+        last = readiness(app).await;
+        if last == want {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    panic!("/readyz stayed {last}, never {want}");
+}
+
+#[tokio::test]
+async fn faults_readiness_reports_the_database_down_and_recovers_by_itself() {
+    // SQLite has no connection to cut, and `SELECT 1` needs no lock, so a held `BEGIN
+    // EXCLUSIVE` does not make the ping fail: the outage is simulated on PostgreSQL only.
+    let Ok(admin_url) = std::env::var("BATON_TEST_DATABASE_URL") else {
+        return;
+    };
+    if !admin_url.starts_with("postgres") {
+        return;
+    }
+    let postgres: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
+    let proxy = baton_testkit::PausableProxy::start(postgres).await.unwrap();
+    let proxy_address = proxy.address();
+    let app = spawn_app_with(move |config| {
+        // The test database, reached through the proxy.
+        config.database_url = config
+            .database_url
+            .replace("127.0.0.1:5432", &proxy_address.to_string())
+            .replace("localhost:5432", &proxy_address.to_string());
+        config.database.acquire_timeout_secs = 2;
+    })
+    .await;
+    assert!(
+        proxy.connections() > 0,
+        "the server reaches the database through the proxy"
+    );
+    assert_eq!(readiness(&app).await, 200);
+
+    proxy.pause();
+    readiness_becomes(&app, 503).await;
+    let down = app.request(Method::GET, "/readyz", None, None).await;
+    if down.status == 503 {
+        down.error(503, "SERVICE_UNAVAILABLE");
+    }
+    // Other requests end too (whatever they can do without the database), none hangs.
+    let key = app.default_tenant.api_key.clone();
+    let listed = tokio::time::timeout(HANG_DETECTOR, app.get("/api/v1/llm-logs", &key))
+        .await
+        .expect("a request hung while the database was down");
+    assert!(
+        listed.status == 200 || listed.status.is_server_error(),
+        "{}: {}",
+        listed.status,
+        listed.text
+    );
+    let health = app.request(Method::GET, "/healthz", None, None).await;
+    assert_eq!(
+        health.status, 200,
+        "liveness does not depend on the database"
+    );
+
+    proxy.resume();
+    readiness_becomes(&app, 200).await;
+    let listed = app.get("/api/v1/llm-logs", &key).await;
+    assert_eq!(listed.status, 200, "{}", listed.text);
+}
+
+/// Runs `flow` with the hang detector around it; returns the response and its finished row.
+async fn run_bounded(
+    s: &crate::tools::Setup,
+    what: &str,
+    flow: &str,
+) -> (Response, baton_domain::run::RunRecord) {
+    let response = tokio::time::timeout(
+        HANG_DETECTOR,
+        s.app
+            .post(&format!("/api/v1/flows/{flow}/runs"), &s.key, json!({})),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{what}: the run hung past its deadline"));
+    let id = response.headers["x-request-id"].to_str().unwrap();
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    for _ in 0..200 {
+        if let Ok(run) = s.app.store.get_run(&tenant, id).await
+            && run.completed_at.is_some()
+        {
+            assert_ne!(run.status, RunStatus::Pending, "{what}");
+            return (response, run);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{what}: run {id} never finished in the log");
+}
+
+#[tokio::test]
+#[ignore = "defect: a hung tool call is not bounded by the request deadline; the outer timeout drops the handler and the run is never finished in the log"]
+async fn faults_a_hanging_tool_host_or_mcp_server_does_not_outlive_the_run_deadline() {
+    use crate::tools::{Setup, calls};
+    use baton_testkit::MockMcpServer;
+    use baton_testkit::tool_host::ToolHost;
+
+    let host = ToolHost::start().await.unwrap();
+    let mcp = MockMcpServer::start().await;
+    let (host_addr, mcp_addr) = (host.addr(), mcp.address());
+    let (app, mock) = crate::chat::app_with_mock_and(move |config| {
+        config.outbound_allowed.push(host_addr);
+        config.outbound_allowed.push(mcp_addr);
+        config.server.request_timeout_secs = REQUEST_TIMEOUT_SECS;
+        // Longer than the request deadline: only the deadline can end the hung call in time.
+        config.tools.call_timeout_ms = 120_000;
+    })
+    .await;
+    let s = Setup {
+        key: app.default_tenant.api_key.clone(),
+        app,
+        mock,
+        host,
+    };
+
+    let hung_tool = s
+        .tool(json!({"name": "stuck", "toolType": "External",
+                     "webUrl": format!("{}/sleep?ms=600000", s.host.origin())}))
+        .await;
+    let server = s
+        .ok(
+            Method::POST,
+            "/api/v1/mcp-servers",
+            Some(json!({"name": "slowpoke", "url": mcp.url()})),
+        )
+        .await;
+    let sid = server["id"].as_str().unwrap().to_string();
+    let imported = s
+        .ok(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/import"),
+            Some(json!({"toolNames": ["slow"]})),
+        )
+        .await;
+    let hung_mcp = imported[0]["id"].as_str().unwrap().to_string();
+    let slow_name = imported[0]["name"].as_str().unwrap().to_string();
+
+    for (what, tool, name, arguments) in [
+        ("tool host", hung_tool, "stuck".to_string(), json!({})),
+        ("MCP server", hung_mcp, slow_name, json!({"ms": 600_000})),
+    ] {
+        let flow = s
+            .flow(
+                &format!("Hang {what}"),
+                json!({"template": "t", "toolIds": [tool], "llm": MODEL}),
+            )
+            .await;
+        s.mock.push(calls(&[("c1", &name, arguments)]));
+        s.mock.push(Reply::text("the tool never answered"));
+        let (response, run) = run_bounded(&s, what, &flow).await;
+        if response.status.is_success() {
+            // The hung call was given up as failed, and the run went on without it.
+            let body = response.json();
+            assert_eq!(body["toolCalls"][0]["status"], "failed", "{what}: {body}");
+        } else {
+            response.error(504, "PROVIDER_TIMEOUT");
+            assert_eq!(run.status, RunStatus::Failed, "{what}");
+        }
+    }
+    let health = s.app.request(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200);
+}
+
+#[tokio::test]
+#[ignore = "defect: a stream that ends cleanly without its final event is relayed as a success with zero usage"]
+async fn faults_a_truncated_stream_ends_with_an_error_chunk() {
+    let f = faulty_app().await;
+    f.mock.push(Reply::TruncatedStream(Box::new(Reply::text(
+        "a streamed answer that stops without its final event",
+    ))));
+    let response = f.chat("truncated stream", MODEL, true).await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let (error, done) = stream_error(&response.text);
+    let error = error.unwrap_or_else(|| panic!("no error chunk: {}", response.text));
+    assert_eq!(
+        error["error"]["code"], "PROVIDER_ERROR",
+        "{}",
+        response.text
+    );
+    assert!(done, "no [DONE]: {}", response.text);
+    let run = f.logged("truncated stream", &response).await;
+    assert_eq!(run.status, RunStatus::Failed);
+}
