@@ -4,8 +4,8 @@
 //! Installs the pinned schemathesis into `target/conformance-venv` (once), builds `baton` and
 //! `baton-mock` (dev profile), starts the mock and Baton (fresh SQLite in a temporary directory,
 //! its own environment only, OpenAI pointed at the mock so model calls succeed), seeds a flow
-//! so the stateful phase has something to chain from, then runs every check and every phase
-//! in deterministic mode (the same cases every run). Baton's stderr is kept in
+//! so the stateful phase has something to chain from, then runs every phase with the checks of
+//! [`CHECKS`] in deterministic mode (the same cases every run). Baton's stderr is kept in
 //! `target/conformance/baton.log`, schemathesis' reports in `target/conformance/report/`.
 
 use std::fs::File;
@@ -24,7 +24,7 @@ const DEFAULT_MAX_EXAMPLES: u64 = 10;
 
 /// Schemathesis' checks, listed rather than `all`: `object_level_authorization` needs a second
 /// tenant's credentials (cross-tenant access is covered by tests/api/cross_tenant.rs).
-/// `positive_data_acceptance` is left out: 29 operations validate more than their schemas say
+/// `positive_data_acceptance` is left out: 38 operations validate more than their schemas say
 /// (non-empty names, span syntax, known models...); docs/reliability.md lists them.
 const CHECKS: &str = "not_a_server_error,status_code_conformance,content_type_conformance,\
 response_headers_conformance,response_schema_conformance,negative_data_rejection,\
