@@ -164,7 +164,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     }
     command.args(&options.extra);
     // The report goes straight to the terminal; its exit code is the verdict.
+    // Its cache (`.schemathesis/`) lands in the working directory: keep it under target/.
     let status = command
+        .current_dir(&out)
         .env("SCHEMATHESIS_HOOKS", "")
         .status()
         .context("running schemathesis")?;
