@@ -59,6 +59,11 @@ impl CallbackOrigin {
             Some(after) => (true, after),
             None => (false, rest),
         };
+        // The URL parser decodes `%2a` into `*`, which the stored form could not be read back
+        // from: an origin is written as it is, never percent-encoded.
+        if authority.contains('%') {
+            return Err(invalid("an origin is written without percent-encoding"));
+        }
         if authority.contains('*') {
             return Err(invalid("'*' is allowed only as a leading '*.' label"));
         }
@@ -270,6 +275,9 @@ mod tests {
             "a..example.com",
             ".example.com",
             "*..example.com",
+            // Found by fuzzing: stored as "2~*.c", which did not read back.
+            "2~%2a.c",
+            "%61pp.example.com",
         ] {
             assert!(CallbackOrigin::parse(bad, "o").is_err(), "accepted {bad:?}");
         }
