@@ -250,9 +250,13 @@ fn fuzz_one(
         .filter(|file| !before.contains(file))
         .max_by_key(|file| std::fs::metadata(file).and_then(|m| m.modified()).ok());
     if !status.success() {
-        // The end of the log holds the panic message and libFuzzer's summary.
-        let tail: Vec<&str> = text.lines().rev().take(30).collect();
-        for line in tail.into_iter().rev() {
+        // The panic message (the broken invariant) or libFuzzer's own report, else the end.
+        let lines: Vec<&str> = text.lines().collect();
+        let from = lines
+            .iter()
+            .position(|line| line.contains("panicked at") || line.contains("ERROR: libFuzzer"))
+            .unwrap_or(lines.len().saturating_sub(30));
+        for line in lines.iter().skip(from).take(12) {
             eprintln!("   {line}");
         }
     }

@@ -328,6 +328,10 @@ pub enum StreamDelta {
 #[derive(Debug, Clone, Default)]
 pub struct ResponseAccumulator {
     response: InferenceResponse,
+    /// Tool calls by the index their deltas carry, in the order first seen. The index comes from
+    /// the upstream's bytes: it orders the calls but is never used as a position (a stray
+    /// `4000000000` would otherwise allocate for four billion calls and abort the process).
+    calls: Vec<(u32, ToolCall)>,
     finished: bool,
 }
 
@@ -338,6 +342,7 @@ impl ResponseAccumulator {
                 model: model.into(),
                 ..Default::default()
             },
+            calls: Vec::new(),
             finished: false,
         }
     }
@@ -346,22 +351,26 @@ impl ResponseAccumulator {
         match delta {
             StreamDelta::Text(text) => self.response.text.push_str(text),
             StreamDelta::ToolCallStart { index, id, name } => {
-                let index = *index as usize;
-                if self.response.tool_calls.len() <= index {
-                    self.response
-                        .tool_calls
-                        .resize_with(index + 1, || ToolCall {
-                            id: String::new(),
-                            name: String::new(),
-                            arguments: String::new(),
-                        });
-                }
-                let call = &mut self.response.tool_calls[index];
+                let call = match self.calls.iter().position(|(at, _)| at == index) {
+                    Some(position) => &mut self.calls[position].1,
+                    None => {
+                        self.calls.push((
+                            *index,
+                            ToolCall {
+                                id: String::new(),
+                                name: String::new(),
+                                arguments: String::new(),
+                            },
+                        ));
+                        let last = self.calls.len() - 1;
+                        &mut self.calls[last].1
+                    }
+                };
                 call.id.clone_from(id);
                 call.name.clone_from(name);
             }
             StreamDelta::ToolCallArguments { index, fragment } => {
-                if let Some(call) = self.response.tool_calls.get_mut(*index as usize) {
+                if let Some((_, call)) = self.calls.iter_mut().find(|(at, _)| at == index) {
                     call.arguments.push_str(fragment);
                 }
             }
@@ -388,8 +397,14 @@ impl ResponseAccumulator {
     }
 
     pub fn finish(mut self) -> InferenceResponse {
+        self.calls.sort_by_key(|(index, _)| *index);
         // Calls announced but never filled are dropped rather than sent with empty names.
-        self.response.tool_calls.retain(|c| !c.name.is_empty());
+        self.response.tool_calls.extend(
+            self.calls
+                .into_iter()
+                .map(|(_, call)| call)
+                .filter(|call| !call.name.is_empty()),
+        );
         self.response
     }
 }
@@ -423,6 +438,36 @@ mod tests {
         }
         let b64 = ImageSource::parse("data:image/jpeg;base64,AAAA", "p").unwrap();
         assert_eq!(b64.to_url(), "data:image/jpeg;base64,AAAA");
+    }
+
+    /// Found by fuzzing (the OpenAI stream target): a tool-call index of 4000000000 from the
+    /// upstream allocated for four billion calls and aborted the process.
+    #[test]
+    fn accumulator_orders_calls_by_index_without_allocating_by_it() {
+        let mut acc = ResponseAccumulator::new("m");
+        for (index, name) in [(4_000_000_000, "late"), (u32::MAX, "last"), (3, "first")] {
+            acc.push(&StreamDelta::ToolCallStart {
+                index,
+                id: format!("c{index}"),
+                name: name.into(),
+            });
+            acc.push(&StreamDelta::ToolCallArguments {
+                index,
+                fragment: "{}".into(),
+            });
+        }
+        // Arguments for a call never started are dropped, as before.
+        acc.push(&StreamDelta::ToolCallArguments {
+            index: 7,
+            fragment: "x".into(),
+        });
+        let names: Vec<String> = acc
+            .finish()
+            .tool_calls
+            .into_iter()
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, ["first", "late", "last"]);
     }
 
     #[test]

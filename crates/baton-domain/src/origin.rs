@@ -59,6 +59,11 @@ impl CallbackOrigin {
             Some(after) => (true, after),
             None => (false, rest),
         };
+        // The URL parser decodes `%2a` into `*`, which the stored form could not be read back
+        // from: an origin is written as it is, never percent-encoded.
+        if authority.contains('%') {
+            return Err(invalid("an origin is written without percent-encoding"));
+        }
         if authority.contains('*') {
             return Err(invalid("'*' is allowed only as a leading '*.' label"));
         }
@@ -71,11 +76,15 @@ impl CallbackOrigin {
         let host = match url.host() {
             // `example.com.` is the same name as `example.com`; `matches` drops a callback's
             // final dot too, so the pattern must not keep one it could never match.
-            Some(Host::Domain(domain)) => match domain.strip_suffix('.') {
-                Some("") => return Err(invalid("the host is missing")),
-                Some(name) => name.to_string(),
-                None => domain.to_string(),
-            },
+            Some(Host::Domain(domain)) => {
+                let name = domain.strip_suffix('.').unwrap_or(domain);
+                // The URL parser allows empty labels (`a..b`, `...`); no host has them, and
+                // dropping dots from such a name would change the pattern on every save.
+                if name.split('.').any(str::is_empty) {
+                    return Err(invalid("the host name has an empty label"));
+                }
+                name.to_string()
+            }
             Some(Host::Ipv4(ip)) if !wildcard => ip.to_string(),
             Some(Host::Ipv6(ip)) if !wildcard => format!("[{ip}]"),
             Some(_) => return Err(invalid("a wildcard needs a domain name, not an IP address")),
@@ -259,6 +268,19 @@ mod tests {
             "https://app.example.com:8443"
         );
         assert!(CallbackOrigin::parse("*.com.", "o").is_err());
+        // Found by fuzzing: "..." was stored as "..", which read back as ".".
+        for bad in [
+            "...........",
+            ".",
+            "a..example.com",
+            ".example.com",
+            "*..example.com",
+            // Found by fuzzing: stored as "2~*.c", which did not read back.
+            "2~%2a.c",
+            "%61pp.example.com",
+        ] {
+            assert!(CallbackOrigin::parse(bad, "o").is_err(), "accepted {bad:?}");
+        }
     }
 
     #[test]
