@@ -174,7 +174,7 @@ impl TreeRunner {
             ..ModelSelection::default()
         };
         // Part of the root request: not counted against the rate limit again.
-        let plan = plan_chain(
+        let mut plan = plan_chain(
             engine,
             &self.tenant,
             &settings,
@@ -185,6 +185,9 @@ impl TreeRunner {
         )
         .await
         .map_err(|e| e.to_string())?;
+        if let Some(deadline) = self.scope.deadline {
+            plan.deadline = plan.deadline.min(deadline);
+        }
         let tools = ToolSet::new(
             engine
                 .tools(&self.tenant, &template.tool_ids)
@@ -315,6 +318,7 @@ impl TreeRunner {
             original_input: self.scope.original_input.clone(),
             spent: self.scope.spent.clone(),
             budget: self.scope.budget,
+            deadline: self.scope.deadline,
         };
         let input = ToolRunInput {
             engine: self.engine.clone(),

@@ -3,7 +3,7 @@
 //! here (the provider runs them). Agent and CritiqueLoop tools run their flows as child
 //! requests through an [`AgentRunner`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use baton_domain::tool::{McpServer, Tool, ToolType};
@@ -76,7 +76,11 @@ pub struct Dispatcher<'a> {
     pub agents: Option<&'a dyn AgentRunner>,
     /// A sub-agent's context tools answer from this.
     pub agent_context: Option<&'a crate::context::AgentContext>,
+    /// One tool call's limit (`tools.call_timeout_ms`).
     pub timeout: Duration,
+    /// The request's deadline: no call runs past it, whatever `timeout` says (a hung tool host
+    /// would otherwise outlive the request and leave its run unfinished).
+    pub deadline: Option<Instant>,
     /// Bytes of one tool result, bounded while reading (`limits.max_tool_result_bytes`).
     pub max_result_bytes: usize,
     /// Agent and CritiqueLoop calls one model turn may start (`limits.max_agent_calls_per_turn`).
@@ -84,6 +88,16 @@ pub struct Dispatcher<'a> {
 }
 
 impl Dispatcher<'_> {
+    /// The time the next call may take: its own limit, cut short by the request's deadline.
+    fn call_timeout(&self) -> Duration {
+        match self.deadline {
+            Some(deadline) => self
+                .timeout
+                .min(deadline.saturating_duration_since(Instant::now())),
+            None => self.timeout,
+        }
+    }
+
     /// Where a call would go, for `toolStarted` (External: the bound endpoint; MCP: the
     /// server). `None` when it cannot be bound; the call then fails with the reason.
     pub async fn target(&self, tool: &Tool) -> Option<(Option<String>, Option<OriginSource>)> {
@@ -109,7 +123,7 @@ impl Dispatcher<'_> {
                     tool,
                     &self.context,
                     &arguments,
-                    self.timeout,
+                    self.call_timeout(),
                     self.max_result_bytes,
                 )
                 .await;
@@ -174,7 +188,7 @@ impl Dispatcher<'_> {
             endpoint,
             &tool.name,
             arguments,
-            self.timeout,
+            self.call_timeout(),
             self.max_result_bytes,
         )
         .await

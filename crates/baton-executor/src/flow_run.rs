@@ -409,6 +409,7 @@ impl Engine {
                 Some((sender, receiver)) => (Some(sender), Some(receiver)),
                 None => (None, None),
             };
+            let deadline = plan.deadline;
             let input = ToolRunInput {
                 engine: self.clone(),
                 tenant: tenant.clone(),
@@ -436,7 +437,8 @@ impl Engine {
                     customer,
                     original_input,
                     budget,
-                ),
+                )
+                .with_deadline(deadline),
             };
             if let Some(receiver) = receiver {
                 // The run goes on to the end (and is logged) even if the consumer leaves; in the

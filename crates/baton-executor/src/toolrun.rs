@@ -501,6 +501,8 @@ pub struct AgentScope {
     pub spent: Arc<AtomicI64>,
     /// The request's cost ceiling across the tree, in credits.
     pub budget: Option<i64>,
+    /// The root request's deadline: no sub-agent (nor its tool calls) runs past it.
+    pub deadline: Option<Instant>,
 }
 
 impl AgentScope {
@@ -515,6 +517,7 @@ impl AgentScope {
         budget: Option<i64>,
     ) -> AgentScope {
         AgentScope {
+            deadline: None,
             agent_path: Vec::new(),
             run_chain: vec![run_id.to_string()],
             state: StateScope::default(),
@@ -531,6 +534,12 @@ impl AgentScope {
             deepest: Arc::new(std::sync::atomic::AtomicU32::new(0)),
             spawns: Arc::new(std::sync::atomic::AtomicU32::new(0)),
         }
+    }
+
+    /// Bounds the tree by the root request's deadline.
+    pub fn with_deadline(mut self, deadline: Instant) -> AgentScope {
+        self.deadline = Some(deadline);
+        self
     }
 }
 
@@ -614,6 +623,7 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
         agents: Some(&agents),
         agent_context: agent_context.as_ref(),
         timeout: engine.config().tool_call_timeout,
+        deadline: Some(plan.deadline),
         max_result_bytes: engine.config().limits.max_tool_result_bytes,
         max_agent_calls_per_turn: engine.config().limits.max_agent_calls_per_turn,
     };

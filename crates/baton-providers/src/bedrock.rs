@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
-use crate::provider::{DeltaStream, Provider};
+use crate::provider::{DeltaStream, Provider, require_finish};
 
 /// The SigV4 signing name of the Bedrock runtime.
 pub const SERVICE: &str = "bedrock";
@@ -160,11 +160,9 @@ impl Provider for BedrockProvider {
         let bytes = response
             .bytes_stream()
             .map(move |chunk| chunk.map_err(|e| http::transport_error(&provider, e)));
-        Ok(deltas(
+        Ok(require_finish(
             &self.key,
-            bytes,
-            structured(request),
-            MAX_FRAME_BYTES,
+            deltas(&self.key, bytes, structured(request), MAX_FRAME_BYTES),
         ))
     }
 }

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
-use crate::provider::{DeltaStream, Provider};
+use crate::provider::{DeltaStream, Provider, require_finish};
 use crate::{http, sse};
 
 /// Google's documented stand-in for a thought signature. Gemini 3 rejects replayed function
@@ -116,7 +116,10 @@ impl Provider for GeminiProvider {
             self.request(&request.model, true, &body),
         )
         .await?;
-        Ok(deltas(&self.key, response.bytes_stream()))
+        Ok(require_finish(
+            &self.key,
+            deltas(&self.key, response.bytes_stream()),
+        ))
     }
 }
 

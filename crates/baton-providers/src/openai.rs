@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{ProviderError, ProviderResult};
-use crate::provider::{DeltaStream, Provider};
+use crate::provider::{DeltaStream, Provider, require_finish};
 use crate::{http, openai_responses, sse};
 
 /// How this server differs from OpenAI's own API.
@@ -145,7 +145,10 @@ impl Provider for OpenAiProvider {
             self.request(&request.model, &body),
         )
         .await?;
-        Ok(deltas(&self.key, response.bytes_stream()))
+        Ok(require_finish(
+            &self.key,
+            deltas(&self.key, response.bytes_stream()),
+        ))
     }
 }
 

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
-use crate::provider::DeltaStream;
+use crate::provider::{DeltaStream, require_finish};
 use crate::{http, sse};
 
 /// Where and how to call the Responses API; borrowed from the `OpenAiProvider` that delegates.
@@ -75,7 +75,10 @@ impl Endpoint<'_> {
     ) -> ProviderResult<DeltaStream> {
         let body = to_wire(self.provider, request, true)?;
         let response = http::send(self.provider, &request.model, self.request(&body)).await?;
-        Ok(deltas(self.provider, response.bytes_stream()))
+        Ok(require_finish(
+            self.provider,
+            deltas(self.provider, response.bytes_stream()),
+        ))
     }
 }
 

@@ -2,9 +2,9 @@ use std::pin::Pin;
 
 use async_trait::async_trait;
 use baton_domain::chat::{InferenceRequest, InferenceResponse, StreamDelta};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 
-use crate::error::ProviderResult;
+use crate::error::{ProviderError, ProviderResult};
 
 /// Canonical deltas of a streamed response. Dropping the stream closes the upstream connection.
 pub type DeltaStream = Pin<Box<dyn Stream<Item = ProviderResult<StreamDelta>> + Send>>;
@@ -18,4 +18,92 @@ pub trait Provider: Send + Sync + 'static {
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse>;
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream>;
+}
+
+/// Ends `deltas` with an error when the upstream closes the body before the stream's finish
+/// event: a clean end part-way through an answer is a failure, not a short answer billed at
+/// whatever usage had arrived (usually none).
+pub fn require_finish(provider: &str, deltas: DeltaStream) -> DeltaStream {
+    struct Watch {
+        inner: DeltaStream,
+        provider: String,
+        /// A finish event or an error was seen: the end of the body is expected.
+        settled: bool,
+        done: bool,
+    }
+    let watch = Watch {
+        inner: deltas,
+        provider: provider.to_string(),
+        settled: false,
+        done: false,
+    };
+    Box::pin(futures::stream::unfold(watch, |mut watch| async move {
+        if watch.done {
+            return None;
+        }
+        match watch.inner.next().await {
+            Some(item) => {
+                if matches!(item, Ok(StreamDelta::Finish(_)) | Err(_)) {
+                    watch.settled = true;
+                }
+                Some((item, watch))
+            }
+            None if watch.settled => None,
+            None => {
+                watch.done = true;
+                let error = ProviderError::InvalidResponse {
+                    provider: std::mem::take(&mut watch.provider),
+                    message: "the stream ended before its final event".into(),
+                };
+                Some((Err(error), watch))
+            }
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_domain::chat::FinishReason;
+
+    async fn collect(items: Vec<ProviderResult<StreamDelta>>) -> Vec<ProviderResult<StreamDelta>> {
+        require_finish("p", Box::pin(futures::stream::iter(items)))
+            .collect()
+            .await
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_finishes_passes_unchanged() {
+        let items = vec![
+            Ok(StreamDelta::Text("hi".into())),
+            Ok(StreamDelta::Finish(FinishReason::Stop)),
+            Ok(StreamDelta::Usage(Default::default())),
+        ];
+        let out = collect(items).await;
+        assert_eq!(out.len(), 3);
+        assert!(out.iter().all(Result::is_ok));
+    }
+
+    #[tokio::test]
+    async fn a_stream_cut_before_its_finish_ends_with_an_error() {
+        let out = collect(vec![Ok(StreamDelta::Text("half an ans".into()))]).await;
+        assert_eq!(out.len(), 2);
+        match &out[1] {
+            Err(ProviderError::InvalidResponse { provider, message }) => {
+                assert_eq!(provider, "p");
+                assert!(message.contains("ended before"), "{message}");
+            }
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn an_upstream_error_is_not_followed_by_a_second_one() {
+        let error = ProviderError::InvalidResponse {
+            provider: "p".into(),
+            message: "broken".into(),
+        };
+        let out = collect(vec![Ok(StreamDelta::Text("a".into())), Err(error)]).await;
+        assert_eq!(out.len(), 2);
+    }
 }

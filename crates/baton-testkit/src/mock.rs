@@ -234,6 +234,11 @@ impl MockProvider {
         self.shared.lock().replies.push_back(reply);
     }
 
+    /// Drops the replies still queued (a request that ended early left them unused).
+    pub fn clear(&self) {
+        self.shared.lock().replies.clear();
+    }
+
     pub fn received(&self) -> Vec<Received> {
         self.shared.lock().received.clone()
     }
