@@ -1,4 +1,4 @@
-//! `cargo xtask fuzz [--seconds N] [TARGET...]`: runs the cargo-fuzz targets of `fuzz/` for a
+//! `cargo xtask fuzz [--seconds N] [--dev] [TARGET...]`: runs the cargo-fuzz targets of `fuzz/` for a
 //! bounded time each (docs/reliability.md, "Fuzzing").
 //!
 //! The toolchain is stable, so the targets are built without a sanitizer (`--sanitizer none`:
@@ -18,12 +18,27 @@ const DEFAULT_SECONDS: u64 = 60;
 
 struct Options {
     seconds: u64,
+    /// Unoptimised build (`cargo fuzz --dev`): compiles in a fraction of the time, fuzzes
+    /// slower; CI's short run uses it.
+    dev: bool,
     targets: Vec<String>,
+}
+
+impl Options {
+    /// The flags `cargo fuzz build` and `cargo fuzz run` share (the same build for both).
+    fn build_flags(&self) -> Vec<&'static str> {
+        let mut flags = vec!["--sanitizer", "none", "-a"];
+        if self.dev {
+            flags.push("--dev");
+        }
+        flags
+    }
 }
 
 fn parse(args: &[String]) -> anyhow::Result<Options> {
     let mut options = Options {
         seconds: DEFAULT_SECONDS,
+        dev: false,
         targets: Vec::new(),
     };
     let mut args = args.iter();
@@ -36,6 +51,7 @@ fn parse(args: &[String]) -> anyhow::Result<Options> {
                     .with_context(|| format!("--seconds: '{value}' is not a whole number"))?;
                 ensure!(options.seconds > 0, "--seconds must be at least 1");
             }
+            "--dev" => options.dev = true,
             flag if flag.starts_with('-') => bail!("unknown option '{flag}'"),
             target => options.targets.push(target.to_owned()),
         }
@@ -86,13 +102,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     eprintln!("== building {} fuzz target(s)", chosen.len());
     let started = Instant::now();
     let mut build = Command::new(&cargo_fuzz);
-    build.current_dir(&root).env("PATH", &path).args([
-        "fuzz",
-        "build",
-        "--sanitizer",
-        "none",
-        "-a",
-    ]);
+    build
+        .current_dir(&root)
+        .env("PATH", &path)
+        .args(["fuzz", "build"])
+        .args(options.build_flags());
     if chosen.len() == 1 {
         build.args(&chosen);
     }
@@ -110,7 +124,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
             &path,
             &root,
             target,
-            options.seconds,
+            &options,
             &logs,
         )?);
     }
@@ -146,8 +160,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         );
         if let Some(crash) = &o.crash {
             eprintln!(
-                "reproduce: {} fuzz run --sanitizer none -a {} {}",
+                "reproduce: {} fuzz run {} {} {}",
                 cargo_fuzz.display(),
+                options.build_flags().join(" "),
                 o.target,
                 crash.display()
             );
@@ -202,9 +217,10 @@ fn fuzz_one(
     path: &std::ffi::OsStr,
     root: &Path,
     target: &str,
-    seconds: u64,
+    options: &Options,
     logs: &Path,
 ) -> anyhow::Result<Outcome> {
+    let seconds = options.seconds;
     let fuzz_dir = root.join("fuzz");
     // The working corpus grows across runs (ignored by git); the committed seeds are read too.
     let corpus = fuzz_dir.join("corpus").join(target);
@@ -220,7 +236,9 @@ fn fuzz_one(
     command
         .current_dir(root)
         .env("PATH", path)
-        .args(["fuzz", "run", "--sanitizer", "none", "-a", target])
+        .args(["fuzz", "run"])
+        .args(options.build_flags())
+        .arg(target)
         .arg(&corpus);
     if seeds.is_dir() {
         command.arg(&seeds);
