@@ -10,7 +10,7 @@ use baton_domain::chat::{
     ResponseFormat, Role, StreamDelta, ToolCall, ToolChoice, Usage, VendorTool,
 };
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -106,37 +106,30 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    let provider = provider.to_string();
+    let name = provider.to_string();
     let mut state = StreamState {
         structured,
         ..StreamState::default()
     };
-    let events = sse::events(&provider, bytes, sse::MAX_EVENT_BYTES);
-    let deltas = events.flat_map(move |event| {
-        let out: Vec<ProviderResult<StreamDelta>> = match event {
-            Err(err) => vec![Err(err)],
-            Ok(event) if event.data.trim().is_empty() => Vec::new(),
-            Ok(event) => match serde_json::from_str::<StreamEvent>(&event.data) {
-                Ok(StreamEvent::Error { error }) => vec![Err(ProviderError::Status {
-                    provider: provider.clone(),
-                    status: if error.kind == "overloaded_error" {
-                        529
-                    } else {
-                        500
-                    },
-                    message: error.message,
-                    retry_after: None,
-                })],
-                Ok(event) => state.map(event).into_iter().map(Ok).collect(),
-                Err(err) => vec![Err(ProviderError::InvalidResponse {
-                    provider: provider.clone(),
-                    message: format!("unreadable stream event: {err}"),
-                })],
-            },
-        };
-        futures::stream::iter(out)
-    });
-    Box::pin(deltas)
+    sse::deltas(provider, bytes, move |data| {
+        match serde_json::from_str::<StreamEvent>(data) {
+            Ok(StreamEvent::Error { error }) => vec![Err(ProviderError::Status {
+                provider: name.clone(),
+                status: if error.kind == "overloaded_error" {
+                    529
+                } else {
+                    500
+                },
+                message: error.message,
+                retry_after: None,
+            })],
+            Ok(event) => state.map(event).into_iter().map(Ok).collect(),
+            Err(err) => vec![Err(ProviderError::InvalidResponse {
+                provider: name.clone(),
+                message: format!("unreadable stream event: {err}"),
+            })],
+        }
+    })
 }
 
 pub(crate) fn structured(request: &InferenceRequest) -> bool {

@@ -11,7 +11,7 @@ use baton_domain::chat::{
     ResponseFormat, Role, StreamDelta, ToolCall, ToolChoice, Usage, VendorTool,
 };
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -130,27 +130,20 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    let provider = provider.to_string();
+    let name = provider.to_string();
     let mut state = StreamState::default();
-    let events = sse::events(&provider, bytes, sse::MAX_EVENT_BYTES);
-    let deltas = events.flat_map(move |event| {
-        let out: Vec<ProviderResult<StreamDelta>> = match event {
-            Err(err) => vec![Err(err)],
-            Ok(event) if event.data.trim().is_empty() => Vec::new(),
-            Ok(event) => match serde_json::from_str::<GenerateContentResponse>(&event.data) {
-                Ok(mut chunk) => match chunk.error.take() {
-                    Some(error) => vec![Err(error.into_provider_error(&provider))],
-                    None => state.map(chunk).into_iter().map(Ok).collect(),
-                },
-                Err(err) => vec![Err(ProviderError::InvalidResponse {
-                    provider: provider.clone(),
-                    message: format!("unreadable stream chunk: {err}"),
-                })],
+    sse::deltas(provider, bytes, move |data| {
+        match serde_json::from_str::<GenerateContentResponse>(data) {
+            Ok(mut chunk) => match chunk.error.take() {
+                Some(error) => vec![Err(error.into_provider_error(&name))],
+                None => state.map(chunk).into_iter().map(Ok).collect(),
             },
-        };
-        futures::stream::iter(out)
-    });
-    Box::pin(deltas)
+            Err(err) => vec![Err(ProviderError::InvalidResponse {
+                provider: name.clone(),
+                message: format!("unreadable stream chunk: {err}"),
+            })],
+        }
+    })
 }
 
 /// Percent-encodes a model name as one path segment, so nothing in it can reshape the URL.
@@ -783,6 +776,7 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use baton_domain::chat::{ResponseAccumulator, ToolDefinition};
+    use futures::StreamExt;
 
     use super::*;
 

@@ -10,7 +10,7 @@ use baton_domain::chat::{
     ResponseFormat, Role, StreamDelta, ToolCall, ToolChoice, Usage,
 };
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -159,39 +159,32 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    let provider = provider.to_string();
+    let name = provider.to_string();
     let mut state = StreamState::default();
-    let events = sse::events(&provider, bytes, sse::MAX_EVENT_BYTES);
-    let deltas = events.flat_map(move |event| {
-        let out: Vec<ProviderResult<StreamDelta>> = match event {
-            Err(err) => vec![Err(err)],
-            Ok(event) if event.data.trim() == "[DONE]" => Vec::new(),
-            Ok(event) if event.data.trim().is_empty() => Vec::new(),
-            Ok(event) => match serde_json::from_str::<ChatChunk>(&event.data) {
-                Ok(chunk) => state.map(chunk).into_iter().map(Ok).collect(),
-                Err(err) => match serde_json::from_str::<Value>(&event.data) {
-                    // Compatible servers report mid-stream failures as an error object.
-                    Ok(value) if value.get("error").is_some() => {
-                        vec![Err(ProviderError::Status {
-                            provider: provider.clone(),
-                            status: 502,
-                            message: value["error"]["message"]
-                                .as_str()
-                                .unwrap_or("stream error")
-                                .to_string(),
-                            retry_after: None,
-                        })]
-                    }
-                    _ => vec![Err(ProviderError::InvalidResponse {
-                        provider: provider.clone(),
-                        message: format!("unreadable stream chunk: {err}"),
-                    })],
-                },
+    sse::deltas(provider, bytes, move |data| {
+        if data.trim() == "[DONE]" {
+            return Vec::new();
+        }
+        match serde_json::from_str::<ChatChunk>(data) {
+            Ok(chunk) => state.map(chunk).into_iter().map(Ok).collect(),
+            Err(err) => match serde_json::from_str::<Value>(data) {
+                // Compatible servers report mid-stream failures as an error object.
+                Ok(value) if value.get("error").is_some() => vec![Err(ProviderError::Status {
+                    provider: name.clone(),
+                    status: 502,
+                    message: value["error"]["message"]
+                        .as_str()
+                        .unwrap_or("stream error")
+                        .to_string(),
+                    retry_after: None,
+                })],
+                _ => vec![Err(ProviderError::InvalidResponse {
+                    provider: name.clone(),
+                    message: format!("unreadable stream chunk: {err}"),
+                })],
             },
-        };
-        futures::stream::iter(out)
-    });
-    Box::pin(deltas)
+        }
+    })
 }
 
 // ---- Wire types: request -------------------------------------------------------------------

@@ -9,7 +9,7 @@ use baton_domain::chat::{
     StreamDelta, ToolCall, ToolChoice, Usage, VendorTool,
 };
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -90,15 +90,7 @@ where
     E: std::fmt::Display + Send + 'static,
 {
     let mut state = StreamState::new(provider);
-    let events = sse::events(provider, bytes, sse::MAX_EVENT_BYTES);
-    let deltas = events.flat_map(move |event| {
-        let out = match event {
-            Err(err) => vec![Err(err)],
-            Ok(event) => state.parse(&event.data),
-        };
-        futures::stream::iter(out)
-    });
-    Box::pin(deltas)
+    sse::deltas(provider, bytes, move |data| state.parse(data))
 }
 
 // ---- Wire types: request -------------------------------------------------------------------

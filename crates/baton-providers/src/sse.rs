@@ -5,7 +5,10 @@ use bytes::Bytes;
 use eventsource_stream::{Event, Eventsource};
 use futures::{Stream, StreamExt};
 
-use crate::error::ProviderError;
+use baton_domain::chat::StreamDelta;
+
+use crate::error::{ProviderError, ProviderResult};
+use crate::provider::DeltaStream;
 
 /// A provider event larger than this is an error rather than unbounded buffering.
 pub const MAX_EVENT_BYTES: usize = 4 * 1024 * 1024;
@@ -48,6 +51,26 @@ where
             message: format!("broken event stream: {e}"),
         })
     })
+}
+
+/// The skeleton every SSE wire format shares: `bytes` parsed as events (bounded by
+/// [`MAX_EVENT_BYTES`]), events without data skipped, and each event's data handed to the
+/// format's `map`, which turns it into the deltas (or the error) it stands for, keeping whatever
+/// state the format needs between events.
+pub fn deltas<S, E, F>(provider: &str, bytes: S, mut map: F) -> DeltaStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+    F: FnMut(&str) -> Vec<ProviderResult<StreamDelta>> + Send + 'static,
+{
+    let deltas = events(provider, bytes, MAX_EVENT_BYTES).flat_map(move |event| {
+        futures::stream::iter(match event {
+            Err(err) => vec![Err(err)],
+            Ok(event) if event.data.trim().is_empty() => Vec::new(),
+            Ok(event) => map(&event.data),
+        })
+    });
+    Box::pin(deltas)
 }
 
 #[cfg(test)]
