@@ -170,6 +170,28 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
             .await,
     );
 
+    // An error event inside a stream that echoes the key (after the 200 and some content).
+    s.mock.push(Reply::Raw(format!(
+        "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"gpt-4o-mini\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"half\"}},\"finish_reason\":null}}]}}\n\n\
+         data: {{\"error\":{{\"message\":\"mid-stream: upstream saw {PROVIDER_KEY}\"}}}}\n\n"
+    )));
+    let in_stream = s
+        .app
+        .post(
+            "/api/v1/chat/completions",
+            &s.key,
+            json!({"model": "openai/gpt-4o-mini", "messages": messages, "stream": true}),
+        )
+        .await;
+    assert!(
+        in_stream
+            .text
+            .contains("mid-stream: upstream saw [redacted]"),
+        "{}",
+        in_stream.text
+    );
+    seen.keep(&in_stream);
+
     // Flow runs with a header-carrying External tool and a caller-hosted tool with a token.
     s.set_origins(json!([origin])).await;
     let fixed = s

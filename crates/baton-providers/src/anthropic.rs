@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
-use crate::provider::{DeltaStream, Provider, require_finish};
+use crate::provider::{DeltaStream, Provider};
 use crate::{http, sse};
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -91,11 +91,11 @@ impl Provider for AnthropicProvider {
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
         let body = self.wire(request, true)?;
-        let response = http::send(&self.key, &request.model, self.request(&body)).await?;
-        Ok(require_finish(
-            &self.key,
-            deltas(&self.key, response.bytes_stream(), structured(request)),
-        ))
+        let structured = structured(request);
+        http::stream(&self.key, &request.model, self.request(&body), |response| {
+            deltas(&self.key, response.bytes_stream(), structured)
+        })
+        .await
     }
 }
 

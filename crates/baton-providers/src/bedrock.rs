@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
-use crate::provider::{DeltaStream, Provider, require_finish};
+use crate::provider::{DeltaStream, Provider};
 
 /// The SigV4 signing name of the Bedrock runtime.
 pub const SERVICE: &str = "bedrock";
@@ -155,15 +155,15 @@ impl Provider for BedrockProvider {
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
         let body = to_wire(&self.key, request)?;
         let builder = self.request(&request.model, &body, true)?;
-        let response = http::send(&self.key, &request.model, builder).await?;
-        let provider = self.key.clone();
-        let bytes = response
-            .bytes_stream()
-            .map(move |chunk| chunk.map_err(|e| http::transport_error(&provider, e)));
-        Ok(require_finish(
-            &self.key,
-            deltas(&self.key, bytes, structured(request), MAX_FRAME_BYTES),
-        ))
+        let structured = structured(request);
+        http::stream(&self.key, &request.model, builder, |response| {
+            let provider = self.key.clone();
+            let bytes = response
+                .bytes_stream()
+                .map(move |chunk| chunk.map_err(|e| http::transport_error(&provider, e)));
+            deltas(&self.key, bytes, structured, MAX_FRAME_BYTES)
+        })
+        .await
     }
 }
 

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
-use crate::provider::{DeltaStream, Provider, require_finish};
+use crate::provider::{DeltaStream, Provider};
 use crate::{http, sse};
 
 /// Google's documented stand-in for a thought signature. Gemini 3 rejects replayed function
@@ -110,16 +110,13 @@ impl Provider for GeminiProvider {
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
         let body = self.wire(request)?;
-        let response = http::send(
+        http::stream(
             &self.key,
             &request.model,
             self.request(&request.model, true, &body),
+            |response| deltas(&self.key, response.bytes_stream()),
         )
-        .await?;
-        Ok(require_finish(
-            &self.key,
-            deltas(&self.key, response.bytes_stream()),
-        ))
+        .await
     }
 }
 

@@ -3,10 +3,12 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use reqwest::{RequestBuilder, Response, StatusCode};
 use serde_json::Value;
 
 use crate::error::{ProviderError, ProviderResult};
+use crate::provider::{DeltaStream, require_finish};
 
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Error bodies beyond this are cut: they are read only for their message.
@@ -33,6 +35,37 @@ pub async fn send(
     model: &str,
     request: RequestBuilder,
 ) -> ProviderResult<Response> {
+    execute(provider, model, request)
+        .await
+        .map(|(response, _)| response)
+}
+
+/// Sends a streaming call and turns its body into deltas with `parse`. The stream must reach
+/// its finish event ([`require_finish`]), and errors inside it are scrubbed of the request's
+/// credentials like a refused call's (a provider's in-stream error event can echo the key too).
+pub async fn stream(
+    provider: &str,
+    model: &str,
+    request: RequestBuilder,
+    parse: impl FnOnce(Response) -> DeltaStream,
+) -> ProviderResult<DeltaStream> {
+    let (response, secrets) = execute(provider, model, request).await?;
+    let deltas = require_finish(provider, parse(response));
+    if secrets.is_empty() {
+        return Ok(deltas);
+    }
+    Ok(Box::pin(deltas.map(move |item| {
+        item.map_err(|err| scrubbed(err, &secrets))
+    })))
+}
+
+/// Sends a request; a success comes back with the credentials it carried (to scrub from what
+/// the stream says later), a failure as the provider's error, already scrubbed.
+async fn execute(
+    provider: &str,
+    model: &str,
+    request: RequestBuilder,
+) -> ProviderResult<(Response, Vec<String>)> {
     let (client, request) = request.build_split();
     let request = request.map_err(|e| transport_error(provider, e))?;
     let secrets = credentials(&request);
@@ -41,7 +74,7 @@ pub async fn send(
         .await
         .map_err(|e| transport_error(provider, e))?;
     if response.status().is_success() {
-        Ok(response)
+        Ok((response, secrets))
     } else {
         Err(scrubbed(
             status_error(provider, model, response).await,
@@ -116,6 +149,10 @@ fn scrubbed(err: ProviderError, secrets: &[String]) -> ProviderError {
         } => ProviderError::ModelNotFound {
             provider,
             model,
+            message: scrub(message),
+        },
+        ProviderError::InvalidResponse { provider, message } => ProviderError::InvalidResponse {
+            provider,
             message: scrub(message),
         },
         other => other,

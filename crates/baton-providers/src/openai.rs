@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{ProviderError, ProviderResult};
-use crate::provider::{DeltaStream, Provider, require_finish};
+use crate::provider::{DeltaStream, Provider};
 use crate::{http, openai_responses, sse};
 
 /// How this server differs from OpenAI's own API.
@@ -139,16 +139,13 @@ impl Provider for OpenAiProvider {
         }
         self.check(request)?;
         let body = to_wire(request, &self.flavor, true);
-        let response = http::send(
+        http::stream(
             &self.key,
             &request.model,
             self.request(&request.model, &body),
+            |response| deltas(&self.key, response.bytes_stream()),
         )
-        .await?;
-        Ok(require_finish(
-            &self.key,
-            deltas(&self.key, response.bytes_stream()),
-        ))
+        .await
     }
 }
 
@@ -166,18 +163,15 @@ where
             return Vec::new();
         }
         match serde_json::from_str::<ChatChunk>(data) {
+            // Compatible servers report mid-stream failures as an error object.
+            Ok(ChatChunk {
+                error: Some(error), ..
+            }) => vec![Err(stream_error(&name, &error))],
             Ok(chunk) => state.map(chunk).into_iter().map(Ok).collect(),
             Err(err) => match serde_json::from_str::<Value>(data) {
-                // Compatible servers report mid-stream failures as an error object.
-                Ok(value) if value.get("error").is_some() => vec![Err(ProviderError::Status {
-                    provider: name.clone(),
-                    status: 502,
-                    message: value["error"]["message"]
-                        .as_str()
-                        .unwrap_or("stream error")
-                        .to_string(),
-                    retry_after: None,
-                })],
+                Ok(value) if value.get("error").is_some() => {
+                    vec![Err(stream_error(&name, &value["error"]))]
+                }
                 _ => vec![Err(ProviderError::InvalidResponse {
                     provider: name.clone(),
                     message: format!("unreadable stream chunk: {err}"),
@@ -185,6 +179,21 @@ where
             },
         }
     })
+}
+
+/// An error object sent inside a stream (`{"error": {"message": ...}}` or `{"error": "..."}`).
+fn stream_error(provider: &str, error: &Value) -> ProviderError {
+    let message = error
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| error.as_str())
+        .unwrap_or("stream error");
+    ProviderError::Status {
+        provider: provider.to_string(),
+        status: 502,
+        message: message.to_string(),
+        retry_after: None,
+    }
 }
 
 // ---- Wire types: request -------------------------------------------------------------------
@@ -575,6 +584,9 @@ pub(crate) struct ChatChunk {
     choices: Vec<ChunkChoice>,
     #[serde(default)]
     usage: Option<WireUsage>,
+    /// Every field above is optional, so an error object would read as an empty chunk.
+    #[serde(default)]
+    error: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -782,5 +794,23 @@ mod tests {
             }]
         );
         assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (3, 7));
+    }
+
+    /// An error object reads as a chunk with every field absent: it must still be an error.
+    #[tokio::test]
+    async fn an_error_object_inside_a_stream_is_an_error() {
+        use futures::StreamExt;
+        for error in [r#"{"message": "overloaded"}"#, r#""overloaded""#] {
+            let body = format!(
+                "data: {{\"choices\":[{{\"delta\":{{\"content\":\"a\"}}}}]}}\n\ndata: {{\"error\": {error}}}\n\n"
+            );
+            let bytes = futures::stream::iter([Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
+            let items: Vec<_> = deltas("p", bytes).collect().await;
+            assert!(matches!(items[0], Ok(StreamDelta::Text(ref t)) if t == "a"));
+            match &items[1] {
+                Err(ProviderError::Status { message, .. }) => assert_eq!(message, "overloaded"),
+                other => panic!("{error}: expected an error, got {other:?}"),
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
-use crate::provider::{DeltaStream, require_finish};
+use crate::provider::DeltaStream;
 use crate::{http, sse};
 
 /// Where and how to call the Responses API; borrowed from the `OpenAiProvider` that delegates.
@@ -74,11 +74,13 @@ impl Endpoint<'_> {
         request: &InferenceRequest,
     ) -> ProviderResult<DeltaStream> {
         let body = to_wire(self.provider, request, true)?;
-        let response = http::send(self.provider, &request.model, self.request(&body)).await?;
-        Ok(require_finish(
+        http::stream(
             self.provider,
-            deltas(self.provider, response.bytes_stream()),
-        ))
+            &request.model,
+            self.request(&body),
+            |response| deltas(self.provider, response.bytes_stream()),
+        )
+        .await
     }
 }
 
