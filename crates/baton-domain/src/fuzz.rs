@@ -115,7 +115,7 @@ pub fn tag_header(header: &str) -> Check {
         ensure!(
             !tag.is_empty()
                 && tag.trim() == tag
-                && tag.len() <= MAX_TAG_LEN
+                && tag.chars().count() <= MAX_TAG_LEN
                 && !tag.contains(',')
                 && !tag.chars().any(char::is_control)
                 && !tag.starts_with(':'),

@@ -22,7 +22,8 @@ pub fn validate_tags(tags: Vec<String>, param: &str) -> DomainResult<Vec<String>
     for tag in tags {
         let tag = tag.trim().to_string();
         let valid = !tag.is_empty()
-            && tag.len() <= MAX_TAG_LEN
+            // Characters, as the message says: a tag in a non-Latin script is not held to a third.
+            && tag.chars().count() <= MAX_TAG_LEN
             && !tag.chars().any(char::is_control)
             && tag.split_once(':').is_none_or(|(key, _)| !key.is_empty());
         if !valid {
@@ -56,6 +57,18 @@ pub fn merge_tags(body: Vec<String>, header: Vec<String>) -> DomainResult<Vec<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_length_limit_counts_characters_not_bytes() {
+        let accented = format!("Team:{}", "é".repeat(MAX_TAG_LEN - 5));
+        assert!(accented.len() > MAX_TAG_LEN);
+        assert_eq!(
+            validate_tags(vec![accented.clone()], "tags").unwrap(),
+            [accented]
+        );
+        let over = format!("Team:{}", "é".repeat(MAX_TAG_LEN - 4));
+        assert!(validate_tags(vec![over], "tags").is_err());
+    }
 
     #[test]
     fn header_parsing_and_limits() {
