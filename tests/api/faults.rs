@@ -7,11 +7,12 @@ use std::time::Duration;
 
 use baton_domain::run::RunStatus;
 use baton_providers::ProviderConfig;
-use baton_testkit::{MockProvider, Reply, ResetServer};
+use baton_testkit::{MockMcpServer, MockProvider, PausableProxy, Reply, ResetServer};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{Response, TestApp, spawn_app_with};
+use crate::tools::{Setup, calls, setup_with, tool_messages};
 
 /// The request deadline the server is given: short, so a hang is noticed.
 const REQUEST_TIMEOUT_SECS: u64 = 2;
@@ -339,7 +340,7 @@ async fn faults_readiness_reports_the_database_down_and_recovers_by_itself() {
 
 /// Runs `flow` with the hang detector around it; returns the response and its finished row.
 async fn run_bounded(
-    s: &crate::tools::Setup,
+    s: &Setup,
     what: &str,
     flow: &str,
 ) -> (Response, baton_domain::run::RunRecord) {
@@ -367,49 +368,24 @@ async fn run_bounded(
 #[tokio::test]
 #[ignore = "defect: a hung tool call is not bounded by the request deadline; the outer timeout drops the handler and the run is never finished in the log"]
 async fn faults_a_hanging_tool_host_or_mcp_server_does_not_outlive_the_run_deadline() {
-    use crate::tools::{Setup, calls};
-    use baton_testkit::MockMcpServer;
-    use baton_testkit::tool_host::ToolHost;
-
-    let host = ToolHost::start().await.unwrap();
     let mcp = MockMcpServer::start().await;
-    let (host_addr, mcp_addr) = (host.addr(), mcp.address());
-    let (app, mock) = crate::chat::app_with_mock_and(move |config| {
-        config.outbound_allowed.push(host_addr);
+    let mcp_addr = mcp.address();
+    let s = setup_with(move |config| {
         config.outbound_allowed.push(mcp_addr);
         config.server.request_timeout_secs = REQUEST_TIMEOUT_SECS;
         // Longer than the request deadline: only the deadline can end the hung call in time.
         config.tools.call_timeout_ms = 120_000;
     })
     .await;
-    let s = Setup {
-        key: app.default_tenant.api_key.clone(),
-        app,
-        mock,
-        host,
-    };
 
     let hung_tool = s
         .tool(json!({"name": "stuck", "toolType": "External",
                      "webUrl": format!("{}/sleep?ms=600000", s.host.origin())}))
         .await;
-    let server = s
-        .ok(
-            Method::POST,
-            "/api/v1/mcp-servers",
-            Some(json!({"name": "slowpoke", "url": mcp.url()})),
-        )
+    let (_, imported) = s
+        .import_mcp(json!({"name": "slowpoke", "url": mcp.url()}), &["slow"])
         .await;
-    let sid = server["id"].as_str().unwrap().to_string();
-    let imported = s
-        .ok(
-            Method::POST,
-            &format!("/api/v1/mcp-servers/{sid}/import"),
-            Some(json!({"toolNames": ["slow"]})),
-        )
-        .await;
-    let hung_mcp = imported[0]["id"].as_str().unwrap().to_string();
-    let slow_name = imported[0]["name"].as_str().unwrap().to_string();
+    let (hung_mcp, slow_name) = imported[0].clone();
 
     for (what, tool, name, arguments) in [
         ("tool host", hung_tool, "stuck".to_string(), json!({})),
@@ -456,4 +432,96 @@ async fn faults_a_truncated_stream_ends_with_an_error_chunk() {
     assert!(done, "no [DONE]: {}", response.text);
     let run = f.logged("truncated stream", &response).await;
     assert_eq!(run.status, RunStatus::Failed);
+}
+
+/// The default `limits.max_tool_result_bytes`.
+const DEFAULT_RESULT_LIMIT: usize = 1024 * 1024;
+const TEN_MB: usize = 10 * 1024 * 1024;
+
+#[tokio::test]
+async fn faults_tool_hosts_and_mcp_servers_sending_10_mb_fail_the_call_and_the_run_goes_on() {
+    let sse = MockMcpServer::start().await;
+    let plain = MockMcpServer::start_json().await;
+    let (sse_addr, plain_addr) = (sse.address(), plain.address());
+    // Default limits: the bound under test is the shipped one.
+    let s = setup_with(move |config| {
+        config.outbound_allowed.push(sse_addr);
+        config.outbound_allowed.push(plain_addr);
+    })
+    .await;
+    let origin = s.host.origin();
+    let sized = json!({"type": "Object", "properties": [{"name": "bytes", "type": "Integer", "required": true}]});
+    let chunked = s
+        .tool(json!({"name": "chunked", "toolType": "External",
+                     "webUrl": format!("{origin}/big-chunked"), "parameters": sized}))
+        .await;
+    let declared = s
+        .tool(json!({"name": "declared", "toolType": "External",
+                     "webUrl": format!("{origin}/big"), "parameters": sized}))
+        .await;
+    let (_, over_sse) = s
+        .import_mcp(json!({"name": "sse", "url": sse.url()}), &["big"])
+        .await;
+    let (_, over_json) = s
+        .import_mcp(json!({"name": "plain", "url": plain.url()}), &["echo"])
+        .await;
+    // Tool names are unique per tenant: the plain-JSON server's 10 MB is `echo` repeated.
+    let bytes = json!({"bytes": TEN_MB});
+    let cases = [
+        ("External, chunked", &chunked, "chunked", bytes.clone()),
+        (
+            "External, with Content-Length",
+            &declared,
+            "declared",
+            bytes.clone(),
+        ),
+        (
+            "MCP over SSE",
+            &over_sse[0].0,
+            over_sse[0].1.as_str(),
+            bytes,
+        ),
+        (
+            "MCP as plain JSON",
+            &over_json[0].0,
+            over_json[0].1.as_str(),
+            json!({"text": "x", "times": TEN_MB}),
+        ),
+    ];
+    for (turn, (what, tool, name, arguments)) in cases.into_iter().enumerate() {
+        let flow = s
+            .flow(
+                &format!("Ten megabytes {turn}"),
+                json!({"template": "t", "llm": MODEL, "toolIds": [tool]}),
+            )
+            .await;
+        s.mock.push(calls(&[("c1", name, arguments)]));
+        s.mock.push(Reply::text("the tool said too much"));
+        let (response, run) = run_bounded(&s, what, &flow).await;
+        assert_eq!(response.status, 200, "{what}: {}", response.text);
+        let body = response.json();
+        assert_eq!(body["output"]["text"], "the tool said too much", "{what}");
+        assert_eq!(body["toolCalls"][0]["status"], "failed", "{what}: {body}");
+        assert_eq!(run.status, RunStatus::Succeeded, "{what}");
+        // The model and the log are told why, naming the bound.
+        let told = tool_messages(&s.mock, 2 * turn + 1);
+        let text = told[0]["content"].as_str().unwrap();
+        assert!(
+            text.starts_with("Error:")
+                && text.contains(&format!("limit of {DEFAULT_RESULT_LIMIT} bytes")),
+            "{what}: {}",
+            &text[..text.len().min(300)]
+        );
+        let error = run.tool_calls[0].error.as_deref().unwrap_or_default();
+        assert!(error.contains("limit of"), "{what}: {error}");
+    }
+    // The chunked body was abandoned once past the bound, not read to its end (the margin is
+    // what the socket buffers hold; a reader that drained it would have produced all 10 MB).
+    assert!(
+        s.host.streamed_bytes() < TEN_MB as u64,
+        "the tool host produced {} bytes",
+        s.host.streamed_bytes()
+    );
+    let health = s.app.request(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200);
 }

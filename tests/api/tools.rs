@@ -17,9 +17,20 @@ pub struct Setup {
 }
 
 pub async fn setup() -> Setup {
+    setup_with(|_| {}).await
+}
+
+/// [`setup`] with more configuration (`extra` runs after the tool host is allowed).
+pub async fn setup_with(
+    extra: impl FnOnce(&mut baton_server::config::Config) + Send + 'static,
+) -> Setup {
     let host = ToolHost::start().await.unwrap();
     let allowed = host.addr();
-    let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(allowed)).await;
+    let (app, mock) = app_with_mock_and(move |config| {
+        config.outbound_allowed.push(allowed);
+        extra(config);
+    })
+    .await;
     let key = app.default_tenant.api_key.clone();
     Setup {
         app,
@@ -106,6 +117,32 @@ impl Setup {
         let text = response.text().await.unwrap();
         assert!(status.is_success(), "run {flow}: {status} {text}");
         serde_json::from_str(&text).unwrap()
+    }
+
+    /// Registers an MCP server (`body`: name, url, headers) and imports `tools` from it; returns
+    /// the server's id and the imported tools' (id, name) as the import answered them.
+    pub async fn import_mcp(&self, body: Value, tools: &[&str]) -> (String, Vec<(String, String)>) {
+        let server = self
+            .ok(Method::POST, "/api/v1/mcp-servers", Some(body))
+            .await;
+        let sid = server["id"].as_str().unwrap().to_string();
+        let imported = self
+            .ok(
+                Method::POST,
+                &format!("/api/v1/mcp-servers/{sid}/import"),
+                Some(json!({"toolNames": tools})),
+            )
+            .await;
+        let imported = imported
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let field = |name: &str| t[name].as_str().unwrap().to_string();
+                (field("id"), field("name"))
+            })
+            .collect();
+        (sid, imported)
     }
 
     pub async fn set_origins(&self, origins: Value) {
