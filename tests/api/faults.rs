@@ -281,32 +281,42 @@ async fn readiness_becomes(app: &TestApp, want: u16) {
     panic!("/readyz stayed {last}, never {want}");
 }
 
-#[tokio::test]
-async fn faults_readiness_reports_the_database_down_and_recovers_by_itself() {
-    // SQLite has no connection to cut, and `SELECT 1` needs no lock, so a held `BEGIN
-    // EXCLUSIVE` does not make the ping fail: the outage is simulated on PostgreSQL only.
-    let Ok(admin_url) = std::env::var("BATON_TEST_DATABASE_URL") else {
-        return;
-    };
+/// PostgreSQL only (`None` otherwise): an app whose database is reached through a
+/// [`PausableProxy`], so the test can cut it without stopping a database other tests share.
+/// SQLite has no connection to cut (see the lock test below).
+async fn behind_proxy(
+    extra: impl FnOnce(&mut baton_server::config::Config) + Send + 'static,
+) -> Option<(Setup, PausableProxy)> {
+    let admin_url = std::env::var("BATON_TEST_DATABASE_URL").ok()?;
     if !admin_url.starts_with("postgres") {
-        return;
+        return None;
     }
     let postgres: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
-    let proxy = baton_testkit::PausableProxy::start(postgres).await.unwrap();
-    let proxy_address = proxy.address();
-    let app = spawn_app_with(move |config| {
-        // The test database, reached through the proxy.
+    let proxy = PausableProxy::start(postgres).await.unwrap();
+    let through = proxy.address().to_string();
+    let s = setup_with(move |config| {
         config.database_url = config
             .database_url
-            .replace("127.0.0.1:5432", &proxy_address.to_string())
-            .replace("localhost:5432", &proxy_address.to_string());
+            .replace("127.0.0.1:5432", &through)
+            .replace("localhost:5432", &through);
         config.database.acquire_timeout_secs = 2;
+        extra(config);
     })
     .await;
     assert!(
         proxy.connections() > 0,
         "the server reaches the database through the proxy"
     );
+    Some((s, proxy))
+}
+
+#[tokio::test]
+async fn faults_readiness_reports_the_database_down_and_recovers_by_itself() {
+    // SQLite has no connection to cut, and `SELECT 1` needs no lock, so a held `BEGIN
+    // EXCLUSIVE` does not make the ping fail: the outage is simulated on PostgreSQL only.
+    let Some((Setup { app, .. }, proxy)) = behind_proxy(|_| {}).await else {
+        return;
+    };
     assert_eq!(readiness(&app).await, 200);
 
     proxy.pause();
@@ -522,6 +532,241 @@ async fn faults_tool_hosts_and_mcp_servers_sending_10_mb_fail_the_call_and_the_r
         "the tool host produced {} bytes",
         s.host.streamed_bytes()
     );
+    let health = s.app.request(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200);
+}
+
+/// Runs `count` copies of a flow whose tool sleeps `nap_ms`, concurrently; returns once each
+/// has made its first model call and is `Pending` in the log, with the requests still open.
+/// Returns the flow and the requests.
+async fn runs_in_their_tool_call(
+    s: &Setup,
+    count: usize,
+    nap_ms: u64,
+) -> (String, Vec<tokio::task::JoinHandle<Response>>) {
+    let nap = s
+        .tool(json!({"name": "nap", "toolType": "External",
+                     "webUrl": format!("{}/sleep?ms={nap_ms}", s.host.origin())}))
+        .await;
+    let flow = s
+        .flow(
+            "Napper",
+            json!({"template": "t", "toolIds": [nap], "llm": MODEL}),
+        )
+        .await;
+    // Every run's first call comes before any run's second one (the nap is between).
+    for _ in 0..count {
+        s.mock.push(calls(&[("c1", "nap", json!({}))]));
+    }
+    for _ in 0..count {
+        s.mock.push(Reply::text("rested"));
+    }
+    let runs: Vec<_> = (0..count)
+        .map(|_| {
+            let (client, url, key) = (
+                s.app.client.clone(),
+                s.app.url(&format!("/api/v1/flows/{flow}/runs")),
+                s.key.clone(),
+            );
+            tokio::spawn(async move {
+                let request = client.post(url).bearer_auth(key).json(&json!({}));
+                tokio::time::timeout(HANG_DETECTOR, crate::helpers::send(request))
+                    .await
+                    .expect("a run hung past its deadline")
+            })
+        })
+        .collect();
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    for _ in 0..400 {
+        let pending = s
+            .app
+            .store
+            .list_runs(&tenant)
+            .await
+            .map(|runs| {
+                runs.iter()
+                    .filter(|r| r.status == RunStatus::Pending)
+                    .count()
+            })
+            .unwrap_or(0);
+        if pending == count && s.mock.received().len() == count {
+            return (flow, runs);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the runs never were all pending in their tool call");
+}
+
+/// Waits (up to ~60 s: the log writer backs off up to 10 s between attempts) until the run
+/// `response` answered is finished in the log; returns it.
+async fn finished_in_the_log(s: &Setup, response: &Response) -> baton_domain::run::RunRecord {
+    let id = response.headers["x-request-id"].to_str().unwrap();
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    for _ in 0..600 {
+        if let Ok(run) = s.app.store.get_run(&tenant, id).await
+            && run.completed_at.is_some()
+        {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("run {id} was left unfinished in the log");
+}
+
+#[tokio::test]
+async fn faults_a_database_outage_mid_run_leaves_no_run_pending() {
+    let Some((s, proxy)) = behind_proxy(|config| {
+        config.server.request_timeout_secs = 10;
+    })
+    .await
+    else {
+        return;
+    };
+    let (flow, runs) = runs_in_their_tool_call(&s, 3, 1_500).await;
+    // Cut while every run is in its tool call: each then makes its last model call and
+    // finishes with the database away.
+    proxy.pause();
+    let mut responses = Vec::new();
+    for run in runs {
+        responses.push(run.await.unwrap());
+    }
+    for response in &responses {
+        assert_eq!(response.status, 200, "{}", response.text);
+        assert_eq!(response.json()["output"]["text"], "rested");
+    }
+    // Still down a moment: the log writer's attempts fail. Seen directly (not through the
+    // proxy), the runs are still `Pending`: the outage did hit their final rows.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let direct = baton_store::Store::connect(&baton_store::StoreOptions::new(s.app.db.url()))
+        .await
+        .unwrap();
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    let before = direct.list_runs(&tenant).await.unwrap();
+    assert_eq!(before.len(), 3);
+    assert!(
+        before.iter().all(|r| r.status == RunStatus::Pending),
+        "the final rows were written through a cut connection: {:?}",
+        before.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    // A run started while the database is away ends too, within its deadline.
+    s.mock.push(calls(&[("c1", "nap", json!({}))]));
+    s.mock.push(Reply::text("rested"));
+    let late = tokio::time::timeout(
+        HANG_DETECTOR,
+        s.app
+            .post(&format!("/api/v1/flows/{flow}/runs"), &s.key, json!({})),
+    )
+    .await
+    .expect("a run started during the outage hung");
+    // What the run reads before its first call is not all cached: 503, not a hang.
+    if late.status != 200 {
+        late.error(503, "SERVICE_UNAVAILABLE");
+    }
+    proxy.resume();
+    for response in &responses {
+        let run = finished_in_the_log(&s, response).await;
+        assert_eq!(run.status, RunStatus::Succeeded, "{}", run.id);
+        assert_eq!(run.tool_calls.len(), 1, "{}", run.id);
+    }
+    let all = direct.list_runs(&tenant).await.unwrap();
+    assert!(
+        all.iter().all(|r| r.status != RunStatus::Pending),
+        "a run was left pending: {:?}",
+        all.iter().map(|r| (&r.id, r.status)).collect::<Vec<_>>()
+    );
+}
+
+/// Another process holding `BEGIN EXCLUSIVE` on a SQLite file (the `sqlite3` CLI) until
+/// dropped or [`SqliteLock::release`]d.
+struct SqliteLock(std::process::Child);
+
+impl SqliteLock {
+    /// `None` when the `sqlite3` CLI is not installed.
+    fn hold(path: &str) -> Option<SqliteLock> {
+        use std::io::{BufRead, Write};
+        let mut child = std::process::Command::new("sqlite3")
+            .arg(path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin
+            .write_all(b".timeout 10000\nBEGIN EXCLUSIVE;\nSELECT 'locked';\n")
+            .unwrap();
+        stdin.flush().unwrap();
+        // The lock is held once the statement after it answered.
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked");
+        Some(SqliteLock(child))
+    }
+
+    fn release(mut self) {
+        use std::io::Write;
+        let stdin = self.0.stdin.as_mut().unwrap();
+        stdin.write_all(b"COMMIT;\n.quit\n").unwrap();
+        stdin.flush().unwrap();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for SqliteLock {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn faults_a_locked_sqlite_database_delays_the_log_but_loses_no_run() {
+    if std::env::var("BATON_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres")) {
+        return;
+    }
+    let s = setup_with(|config| config.server.request_timeout_secs = 10).await;
+    let url = s.app.db.url();
+    let path = url.strip_prefix("sqlite://").unwrap().to_string();
+    let (flow, runs) = runs_in_their_tool_call(&s, 3, 1_500).await;
+    let Some(lock) = SqliteLock::hold(&path) else {
+        eprintln!("skipped: the sqlite3 CLI is not installed");
+        return;
+    };
+    // Held past the 5 s busy timeout: the log writer's first attempt fails and is retried.
+    let mut responses = Vec::new();
+    for run in runs {
+        responses.push(run.await.unwrap());
+    }
+    for response in &responses {
+        assert_eq!(response.status, 200, "{}", response.text);
+    }
+    // Readiness stays 200: WAL readers are not blocked by a writer's lock, and `SELECT 1`
+    // takes none. New runs are answered too (their rows wait in the writer's queue).
+    assert_eq!(readiness(&s.app).await, 200);
+    s.mock.push(calls(&[("c1", "nap", json!({}))]));
+    s.mock.push(Reply::text("rested"));
+    let late = tokio::time::timeout(
+        HANG_DETECTOR,
+        s.app
+            .post(&format!("/api/v1/flows/{flow}/runs"), &s.key, json!({})),
+    )
+    .await
+    .expect("a run started while the database was locked hung");
+    assert_eq!(late.status, 200, "{}", late.text);
+    responses.push(late);
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    let pending = s.app.store.list_runs(&tenant).await.unwrap();
+    eprintln!(
+        "while locked: {:?}",
+        pending.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    lock.release();
+    for response in &responses {
+        let run = finished_in_the_log(&s, response).await;
+        assert_eq!(run.status, RunStatus::Succeeded, "{}", run.id);
+    }
     let health = s.app.request(Method::GET, "/healthz", None, None).await;
     assert_eq!(health.status, 200);
 }
