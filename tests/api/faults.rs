@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use baton_domain::run::RunStatus;
+use baton_domain::run::{RunRecord, RunStatus};
 use baton_providers::ProviderConfig;
 use baton_testkit::{MockMcpServer, MockProvider, PausableProxy, Reply, ResetServer};
 use reqwest::Method;
@@ -76,18 +76,8 @@ impl Faulty {
     }
 
     /// The finished invocation-log row of a request (written off the request path).
-    async fn logged(&self, what: &str, response: &Response) -> baton_domain::run::RunRecord {
-        let id = response.headers["x-request-id"].to_str().unwrap();
-        let tenant = baton_store::TenantId::new(self.app.default_tenant.id.clone());
-        for _ in 0..200 {
-            if let Ok(run) = self.app.store.get_run(&tenant, id).await
-                && run.completed_at.is_some()
-            {
-                return run;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{what}: run {id} was never logged");
+    async fn logged(&self, what: &str, response: &Response) -> RunRecord {
+        finished_row(&self.app, what, response).await
     }
 
     /// The server still answers: nothing panicked its way out of the listener.
@@ -110,6 +100,22 @@ fn stream_error(body: &str) -> (Option<Value>, bool) {
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
         .find(|chunk| chunk.get("error").is_some());
     (error, data.last() == Some(&"[DONE]"))
+}
+
+/// Waits until the run `response` answered is finished in the log (written off the request
+/// path), up to ~60 s: the log writer backs off up to 10 s between attempts after a failure.
+async fn finished_row(app: &TestApp, what: &str, response: &Response) -> RunRecord {
+    let id = response.headers["x-request-id"].to_str().unwrap();
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    for _ in 0..600 {
+        if let Ok(run) = app.store.get_run(&tenant, id).await
+            && run.completed_at.is_some()
+        {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: run {id} was never finished in the log");
 }
 
 #[tokio::test]
@@ -349,11 +355,7 @@ async fn faults_readiness_reports_the_database_down_and_recovers_by_itself() {
 }
 
 /// Runs `flow` with the hang detector around it; returns the response and its finished row.
-async fn run_bounded(
-    s: &Setup,
-    what: &str,
-    flow: &str,
-) -> (Response, baton_domain::run::RunRecord) {
+async fn run_bounded(s: &Setup, what: &str, flow: &str) -> (Response, RunRecord) {
     let response = tokio::time::timeout(
         HANG_DETECTOR,
         s.app
@@ -361,18 +363,9 @@ async fn run_bounded(
     )
     .await
     .unwrap_or_else(|_| panic!("{what}: the run hung past its deadline"));
-    let id = response.headers["x-request-id"].to_str().unwrap();
-    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
-    for _ in 0..200 {
-        if let Ok(run) = s.app.store.get_run(&tenant, id).await
-            && run.completed_at.is_some()
-        {
-            assert_ne!(run.status, RunStatus::Pending, "{what}");
-            return (response, run);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: run {id} never finished in the log");
+    let run = finished_row(&s.app, what, &response).await;
+    assert_ne!(run.status, RunStatus::Pending, "{what}");
+    (response, run)
 }
 
 #[tokio::test]
@@ -597,22 +590,6 @@ async fn runs_in_their_tool_call(
     panic!("the runs never were all pending in their tool call");
 }
 
-/// Waits (up to ~60 s: the log writer backs off up to 10 s between attempts) until the run
-/// `response` answered is finished in the log; returns it.
-async fn finished_in_the_log(s: &Setup, response: &Response) -> baton_domain::run::RunRecord {
-    let id = response.headers["x-request-id"].to_str().unwrap();
-    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
-    for _ in 0..600 {
-        if let Ok(run) = s.app.store.get_run(&tenant, id).await
-            && run.completed_at.is_some()
-        {
-            return run;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("run {id} was left unfinished in the log");
-}
-
 #[tokio::test]
 async fn faults_a_database_outage_mid_run_leaves_no_run_pending() {
     let Some((s, proxy)) = behind_proxy(|config| {
@@ -664,7 +641,7 @@ async fn faults_a_database_outage_mid_run_leaves_no_run_pending() {
     }
     proxy.resume();
     for response in &responses {
-        let run = finished_in_the_log(&s, response).await;
+        let run = finished_row(&s.app, "after recovery", response).await;
         assert_eq!(run.status, RunStatus::Succeeded, "{}", run.id);
         assert_eq!(run.tool_calls.len(), 1, "{}", run.id);
     }
@@ -764,7 +741,7 @@ async fn faults_a_locked_sqlite_database_delays_the_log_but_loses_no_run() {
     tokio::time::sleep(Duration::from_secs(6)).await;
     lock.release();
     for response in &responses {
-        let run = finished_in_the_log(&s, response).await;
+        let run = finished_row(&s.app, "after recovery", response).await;
         assert_eq!(run.status, RunStatus::Succeeded, "{}", run.id);
     }
     let health = s.app.request(Method::GET, "/healthz", None, None).await;

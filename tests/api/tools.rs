@@ -612,19 +612,8 @@ async fn a_streamed_tool_run_reports_each_tool_call_with_its_endpoint() {
 #[tokio::test]
 async fn mcp_servers_are_registered_discovered_imported_and_called() {
     let mcp = MockMcpServer::start_with_required_header("Authorization", "Bearer mcp-secret").await;
-    let host = ToolHost::start().await.unwrap();
-    let (mcp_addr, host_addr) = (mcp.address(), host.addr());
-    let (app, mock) = app_with_mock_and(move |config| {
-        config.outbound_allowed.push(mcp_addr);
-        config.outbound_allowed.push(host_addr);
-    })
-    .await;
-    let s = Setup {
-        key: app.default_tenant.api_key.clone(),
-        app,
-        mock,
-        host,
-    };
+    let mcp_addr = mcp.address();
+    let s = setup_with(move |config| config.outbound_allowed.push(mcp_addr)).await;
     let server = s
         .ok(
             Method::POST,
@@ -756,28 +745,9 @@ async fn mcp_servers_are_registered_discovered_imported_and_called() {
 async fn an_unreachable_mcp_server_fails_the_call_not_the_run() {
     let mcp = MockMcpServer::start().await;
     let addr = mcp.address();
-    let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(addr)).await;
-    let host = ToolHost::start().await.unwrap();
-    let s = Setup {
-        key: app.default_tenant.api_key.clone(),
-        app,
-        mock,
-        host,
-    };
-    let server = s
-        .ok(
-            Method::POST,
-            "/api/v1/mcp-servers",
-            Some(json!({"name": "calc", "url": mcp.url()})),
-        )
-        .await;
-    let sid = server["id"].as_str().unwrap().to_string();
-    let imported = s
-        .ok(
-            Method::POST,
-            &format!("/api/v1/mcp-servers/{sid}/import"),
-            Some(json!({"toolNames": ["echo"]})),
-        )
+    let s = setup_with(move |config| config.outbound_allowed.push(addr)).await;
+    let (sid, imported) = s
+        .import_mcp(json!({"name": "calc", "url": mcp.url()}), &["echo"])
         .await;
     // Point the server somewhere nothing listens (the guard allows only the mock's address).
     s.ok(
@@ -789,7 +759,7 @@ async fn an_unreachable_mcp_server_fails_the_call_not_the_run() {
     let flow = s
         .flow(
             "Echo",
-            json!({"template": "t", "toolIds": [imported[0]["id"]], "llm": "openai/gpt-4o-mini"}),
+            json!({"template": "t", "toolIds": [imported[0].0], "llm": "openai/gpt-4o-mini"}),
         )
         .await;
     s.mock.push(calls(&[("c1", "echo", json!({"text": "hi"}))]));
