@@ -5,13 +5,14 @@
 
 use std::time::Duration;
 
-use baton_domain::run::RunStatus;
+use baton_domain::run::{RunRecord, RunStatus};
 use baton_providers::ProviderConfig;
-use baton_testkit::{MockProvider, Reply, ResetServer};
+use baton_testkit::{MockMcpServer, MockProvider, PausableProxy, Reply, ResetServer};
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::helpers::{Response, TestApp, spawn_app_with};
+use crate::tools::{Setup, calls, setup_with, tool_messages};
 
 /// The request deadline the server is given: short, so a hang is noticed.
 const REQUEST_TIMEOUT_SECS: u64 = 2;
@@ -75,18 +76,8 @@ impl Faulty {
     }
 
     /// The finished invocation-log row of a request (written off the request path).
-    async fn logged(&self, what: &str, response: &Response) -> baton_domain::run::RunRecord {
-        let id = response.headers["x-request-id"].to_str().unwrap();
-        let tenant = baton_store::TenantId::new(self.app.default_tenant.id.clone());
-        for _ in 0..200 {
-            if let Ok(run) = self.app.store.get_run(&tenant, id).await
-                && run.completed_at.is_some()
-            {
-                return run;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("{what}: run {id} was never logged");
+    async fn logged(&self, what: &str, response: &Response) -> RunRecord {
+        finished_row(&self.app, what, response).await
     }
 
     /// The server still answers: nothing panicked its way out of the listener.
@@ -109,6 +100,22 @@ fn stream_error(body: &str) -> (Option<Value>, bool) {
         .filter_map(|d| serde_json::from_str::<Value>(d).ok())
         .find(|chunk| chunk.get("error").is_some());
     (error, data.last() == Some(&"[DONE]"))
+}
+
+/// Waits until the run `response` answered is finished in the log (written off the request
+/// path), up to ~60 s: the log writer backs off up to 10 s between attempts after a failure.
+async fn finished_row(app: &TestApp, what: &str, response: &Response) -> RunRecord {
+    let id = response.headers["x-request-id"].to_str().unwrap();
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    for _ in 0..600 {
+        if let Ok(run) = app.store.get_run(&tenant, id).await
+            && run.completed_at.is_some()
+        {
+            return run;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: run {id} was never finished in the log");
 }
 
 #[tokio::test]
@@ -280,32 +287,42 @@ async fn readiness_becomes(app: &TestApp, want: u16) {
     panic!("/readyz stayed {last}, never {want}");
 }
 
-#[tokio::test]
-async fn faults_readiness_reports_the_database_down_and_recovers_by_itself() {
-    // SQLite has no connection to cut, and `SELECT 1` needs no lock, so a held `BEGIN
-    // EXCLUSIVE` does not make the ping fail: the outage is simulated on PostgreSQL only.
-    let Ok(admin_url) = std::env::var("BATON_TEST_DATABASE_URL") else {
-        return;
-    };
+/// PostgreSQL only (`None` otherwise): an app whose database is reached through a
+/// [`PausableProxy`], so the test can cut it without stopping a database other tests share.
+/// SQLite has no connection to cut (see the lock test below).
+async fn behind_proxy(
+    extra: impl FnOnce(&mut baton_server::config::Config) + Send + 'static,
+) -> Option<(Setup, PausableProxy)> {
+    let admin_url = std::env::var("BATON_TEST_DATABASE_URL").ok()?;
     if !admin_url.starts_with("postgres") {
-        return;
+        return None;
     }
     let postgres: std::net::SocketAddr = "127.0.0.1:5432".parse().unwrap();
-    let proxy = baton_testkit::PausableProxy::start(postgres).await.unwrap();
-    let proxy_address = proxy.address();
-    let app = spawn_app_with(move |config| {
-        // The test database, reached through the proxy.
+    let proxy = PausableProxy::start(postgres).await.unwrap();
+    let through = proxy.address().to_string();
+    let s = setup_with(move |config| {
         config.database_url = config
             .database_url
-            .replace("127.0.0.1:5432", &proxy_address.to_string())
-            .replace("localhost:5432", &proxy_address.to_string());
+            .replace("127.0.0.1:5432", &through)
+            .replace("localhost:5432", &through);
         config.database.acquire_timeout_secs = 2;
+        extra(config);
     })
     .await;
     assert!(
         proxy.connections() > 0,
         "the server reaches the database through the proxy"
     );
+    Some((s, proxy))
+}
+
+#[tokio::test]
+async fn faults_readiness_reports_the_database_down_and_recovers_by_itself() {
+    // SQLite has no connection to cut, and `SELECT 1` needs no lock, so a held `BEGIN
+    // EXCLUSIVE` does not make the ping fail: the outage is simulated on PostgreSQL only.
+    let Some((Setup { app, .. }, proxy)) = behind_proxy(|_| {}).await else {
+        return;
+    };
     assert_eq!(readiness(&app).await, 200);
 
     proxy.pause();
@@ -338,11 +355,7 @@ async fn faults_readiness_reports_the_database_down_and_recovers_by_itself() {
 }
 
 /// Runs `flow` with the hang detector around it; returns the response and its finished row.
-async fn run_bounded(
-    s: &crate::tools::Setup,
-    what: &str,
-    flow: &str,
-) -> (Response, baton_domain::run::RunRecord) {
+async fn run_bounded(s: &Setup, what: &str, flow: &str) -> (Response, RunRecord) {
     let response = tokio::time::timeout(
         HANG_DETECTOR,
         s.app
@@ -350,65 +363,31 @@ async fn run_bounded(
     )
     .await
     .unwrap_or_else(|_| panic!("{what}: the run hung past its deadline"));
-    let id = response.headers["x-request-id"].to_str().unwrap();
-    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
-    for _ in 0..200 {
-        if let Ok(run) = s.app.store.get_run(&tenant, id).await
-            && run.completed_at.is_some()
-        {
-            assert_ne!(run.status, RunStatus::Pending, "{what}");
-            return (response, run);
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{what}: run {id} never finished in the log");
+    let run = finished_row(&s.app, what, &response).await;
+    assert_ne!(run.status, RunStatus::Pending, "{what}");
+    (response, run)
 }
 
 #[tokio::test]
 async fn faults_a_hanging_tool_host_or_mcp_server_does_not_outlive_the_run_deadline() {
-    use crate::tools::{Setup, calls};
-    use baton_testkit::MockMcpServer;
-    use baton_testkit::tool_host::ToolHost;
-
-    let host = ToolHost::start().await.unwrap();
     let mcp = MockMcpServer::start().await;
-    let (host_addr, mcp_addr) = (host.addr(), mcp.address());
-    let (app, mock) = crate::chat::app_with_mock_and(move |config| {
-        config.outbound_allowed.push(host_addr);
+    let mcp_addr = mcp.address();
+    let s = setup_with(move |config| {
         config.outbound_allowed.push(mcp_addr);
         config.server.request_timeout_secs = REQUEST_TIMEOUT_SECS;
         // Longer than the request deadline: only the deadline can end the hung call in time.
         config.tools.call_timeout_ms = 120_000;
     })
     .await;
-    let s = Setup {
-        key: app.default_tenant.api_key.clone(),
-        app,
-        mock,
-        host,
-    };
 
     let hung_tool = s
         .tool(json!({"name": "stuck", "toolType": "External",
                      "webUrl": format!("{}/sleep?ms=600000", s.host.origin())}))
         .await;
-    let server = s
-        .ok(
-            Method::POST,
-            "/api/v1/mcp-servers",
-            Some(json!({"name": "slowpoke", "url": mcp.url()})),
-        )
+    let (_, imported) = s
+        .import_mcp(json!({"name": "slowpoke", "url": mcp.url()}), &["slow"])
         .await;
-    let sid = server["id"].as_str().unwrap().to_string();
-    let imported = s
-        .ok(
-            Method::POST,
-            &format!("/api/v1/mcp-servers/{sid}/import"),
-            Some(json!({"toolNames": ["slow"]})),
-        )
-        .await;
-    let hung_mcp = imported[0]["id"].as_str().unwrap().to_string();
-    let slow_name = imported[0]["name"].as_str().unwrap().to_string();
+    let (hung_mcp, slow_name) = imported[0].clone();
 
     for (what, tool, name, arguments) in [
         ("tool host", hung_tool, "stuck".to_string(), json!({})),
@@ -457,4 +436,385 @@ async fn faults_a_truncated_stream_ends_with_an_error_chunk() {
     // As a broken connection after content: the row keeps what arrived, with the error code.
     let run = f.logged("truncated stream", &response).await;
     assert_eq!(run.error_code.as_deref(), Some("PROVIDER_ERROR"));
+}
+
+/// The default `limits.max_tool_result_bytes`.
+const DEFAULT_RESULT_LIMIT: usize = 1024 * 1024;
+const TEN_MB: usize = 10 * 1024 * 1024;
+
+#[tokio::test]
+async fn faults_tool_hosts_and_mcp_servers_sending_10_mb_fail_the_call_and_the_run_goes_on() {
+    let sse = MockMcpServer::start().await;
+    let plain = MockMcpServer::start_json().await;
+    let (sse_addr, plain_addr) = (sse.address(), plain.address());
+    // Default limits: the bound under test is the shipped one.
+    let s = setup_with(move |config| {
+        config.outbound_allowed.push(sse_addr);
+        config.outbound_allowed.push(plain_addr);
+    })
+    .await;
+    let origin = s.host.origin();
+    let sized = json!({"type": "Object", "properties": [{"name": "bytes", "type": "Integer", "required": true}]});
+    let chunked = s
+        .tool(json!({"name": "chunked", "toolType": "External",
+                     "webUrl": format!("{origin}/big-chunked"), "parameters": sized}))
+        .await;
+    let declared = s
+        .tool(json!({"name": "declared", "toolType": "External",
+                     "webUrl": format!("{origin}/big"), "parameters": sized}))
+        .await;
+    let (_, over_sse) = s
+        .import_mcp(json!({"name": "sse", "url": sse.url()}), &["big"])
+        .await;
+    let (_, over_json) = s
+        .import_mcp(json!({"name": "plain", "url": plain.url()}), &["echo"])
+        .await;
+    // Tool names are unique per tenant: the plain-JSON server's 10 MB is `echo` repeated.
+    let bytes = json!({"bytes": TEN_MB});
+    let cases = [
+        ("External, chunked", &chunked, "chunked", bytes.clone()),
+        (
+            "External, with Content-Length",
+            &declared,
+            "declared",
+            bytes.clone(),
+        ),
+        (
+            "MCP over SSE",
+            &over_sse[0].0,
+            over_sse[0].1.as_str(),
+            bytes,
+        ),
+        (
+            "MCP as plain JSON",
+            &over_json[0].0,
+            over_json[0].1.as_str(),
+            json!({"text": "x", "times": TEN_MB}),
+        ),
+    ];
+    for (turn, (what, tool, name, arguments)) in cases.into_iter().enumerate() {
+        let flow = s
+            .flow(
+                &format!("Ten megabytes {turn}"),
+                json!({"template": "t", "llm": MODEL, "toolIds": [tool]}),
+            )
+            .await;
+        s.mock.push(calls(&[("c1", name, arguments)]));
+        s.mock.push(Reply::text("the tool said too much"));
+        let (response, run) = run_bounded(&s, what, &flow).await;
+        assert_eq!(response.status, 200, "{what}: {}", response.text);
+        let body = response.json();
+        assert_eq!(body["output"]["text"], "the tool said too much", "{what}");
+        assert_eq!(body["toolCalls"][0]["status"], "failed", "{what}: {body}");
+        assert_eq!(run.status, RunStatus::Succeeded, "{what}");
+        // The model and the log are told why, naming the bound.
+        let told = tool_messages(&s.mock, 2 * turn + 1);
+        let text = told[0]["content"].as_str().unwrap();
+        assert!(
+            text.starts_with("Error:")
+                && text.contains(&format!("limit of {DEFAULT_RESULT_LIMIT} bytes")),
+            "{what}: {}",
+            &text[..text.len().min(300)]
+        );
+        let error = run.tool_calls[0].error.as_deref().unwrap_or_default();
+        assert!(error.contains("limit of"), "{what}: {error}");
+    }
+    // The chunked body was abandoned once past the bound, not read to its end (the margin is
+    // what the socket buffers hold; a reader that drained it would have produced all 10 MB).
+    assert!(
+        s.host.streamed_bytes() < TEN_MB as u64,
+        "the tool host produced {} bytes",
+        s.host.streamed_bytes()
+    );
+    let health = s.app.request(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200);
+}
+
+/// Runs `count` copies of a flow whose tool sleeps `nap_ms`, concurrently; returns once each
+/// has made its first model call and is `Pending` in the log, with the requests still open.
+/// Returns the flow and the requests.
+async fn runs_in_their_tool_call(
+    s: &Setup,
+    count: usize,
+    nap_ms: u64,
+) -> (String, Vec<tokio::task::JoinHandle<Response>>) {
+    let nap = s
+        .tool(json!({"name": "nap", "toolType": "External",
+                     "webUrl": format!("{}/sleep?ms={nap_ms}", s.host.origin())}))
+        .await;
+    let flow = s
+        .flow(
+            "Napper",
+            json!({"template": "t", "toolIds": [nap], "llm": MODEL}),
+        )
+        .await;
+    // Every run's first call comes before any run's second one (the nap is between).
+    for _ in 0..count {
+        s.mock.push(calls(&[("c1", "nap", json!({}))]));
+    }
+    for _ in 0..count {
+        s.mock.push(Reply::text("rested"));
+    }
+    let runs: Vec<_> = (0..count)
+        .map(|_| {
+            let (client, url, key) = (
+                s.app.client.clone(),
+                s.app.url(&format!("/api/v1/flows/{flow}/runs")),
+                s.key.clone(),
+            );
+            tokio::spawn(async move {
+                let request = client.post(url).bearer_auth(key).json(&json!({}));
+                tokio::time::timeout(HANG_DETECTOR, crate::helpers::send(request))
+                    .await
+                    .expect("a run hung past its deadline")
+            })
+        })
+        .collect();
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    for _ in 0..400 {
+        let pending = s
+            .app
+            .store
+            .list_runs(&tenant)
+            .await
+            .map(|runs| {
+                runs.iter()
+                    .filter(|r| r.status == RunStatus::Pending)
+                    .count()
+            })
+            .unwrap_or(0);
+        if pending == count && s.mock.received().len() == count {
+            return (flow, runs);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    panic!("the runs never were all pending in their tool call");
+}
+
+#[tokio::test]
+async fn faults_a_database_outage_mid_run_leaves_no_run_pending() {
+    let Some((s, proxy)) = behind_proxy(|config| {
+        config.server.request_timeout_secs = 10;
+    })
+    .await
+    else {
+        return;
+    };
+    let (flow, runs) = runs_in_their_tool_call(&s, 3, 1_500).await;
+    // Cut while every run is in its tool call: each then makes its last model call and
+    // finishes with the database away.
+    proxy.pause();
+    let mut responses = Vec::new();
+    for run in runs {
+        responses.push(run.await.unwrap());
+    }
+    for response in &responses {
+        assert_eq!(response.status, 200, "{}", response.text);
+        assert_eq!(response.json()["output"]["text"], "rested");
+    }
+    // Still down a moment: the log writer's attempts fail. Seen directly (not through the
+    // proxy), the runs are still `Pending`: the outage did hit their final rows.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let direct = baton_store::Store::connect(&baton_store::StoreOptions::new(s.app.db.url()))
+        .await
+        .unwrap();
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    let before = direct.list_runs(&tenant).await.unwrap();
+    assert_eq!(before.len(), 3);
+    assert!(
+        before.iter().all(|r| r.status == RunStatus::Pending),
+        "the final rows were written through a cut connection: {:?}",
+        before.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    // A run started while the database is away ends too, within its deadline.
+    s.mock.push(calls(&[("c1", "nap", json!({}))]));
+    s.mock.push(Reply::text("rested"));
+    let late = tokio::time::timeout(
+        HANG_DETECTOR,
+        s.app
+            .post(&format!("/api/v1/flows/{flow}/runs"), &s.key, json!({})),
+    )
+    .await
+    .expect("a run started during the outage hung");
+    // What the run reads before its first call is not all cached: 503, not a hang.
+    if late.status != 200 {
+        late.error(503, "SERVICE_UNAVAILABLE");
+    }
+    proxy.resume();
+    for response in &responses {
+        let run = finished_row(&s.app, "after recovery", response).await;
+        assert_eq!(run.status, RunStatus::Succeeded, "{}", run.id);
+        assert_eq!(run.tool_calls.len(), 1, "{}", run.id);
+    }
+    let all = direct.list_runs(&tenant).await.unwrap();
+    assert!(
+        all.iter().all(|r| r.status != RunStatus::Pending),
+        "a run was left pending: {:?}",
+        all.iter().map(|r| (&r.id, r.status)).collect::<Vec<_>>()
+    );
+}
+
+/// Another process holding `BEGIN EXCLUSIVE` on a SQLite file (the `sqlite3` CLI) until
+/// dropped or [`SqliteLock::release`]d.
+struct SqliteLock(std::process::Child);
+
+impl SqliteLock {
+    /// `None` when the `sqlite3` CLI is not installed.
+    fn hold(path: &str) -> Option<SqliteLock> {
+        use std::io::{BufRead, Write};
+        let mut child = std::process::Command::new("sqlite3")
+            .arg(path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .ok()?;
+        let stdin = child.stdin.as_mut().unwrap();
+        stdin
+            .write_all(b".timeout 10000\nBEGIN EXCLUSIVE;\nSELECT 'locked';\n")
+            .unwrap();
+        stdin.flush().unwrap();
+        // The lock is held once the statement after it answered.
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "locked");
+        Some(SqliteLock(child))
+    }
+
+    fn release(mut self) {
+        use std::io::Write;
+        let stdin = self.0.stdin.as_mut().unwrap();
+        stdin.write_all(b"COMMIT;\n.quit\n").unwrap();
+        stdin.flush().unwrap();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for SqliteLock {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn faults_a_locked_sqlite_database_delays_the_log_but_loses_no_run() {
+    if std::env::var("BATON_TEST_DATABASE_URL").is_ok_and(|url| url.starts_with("postgres")) {
+        return;
+    }
+    let s = setup_with(|config| config.server.request_timeout_secs = 10).await;
+    let url = s.app.db.url();
+    let path = url.strip_prefix("sqlite://").unwrap().to_string();
+    let (flow, runs) = runs_in_their_tool_call(&s, 3, 1_500).await;
+    let Some(lock) = SqliteLock::hold(&path) else {
+        eprintln!("skipped: the sqlite3 CLI is not installed");
+        return;
+    };
+    // Held past the 5 s busy timeout: the log writer's first attempt fails and is retried.
+    let mut responses = Vec::new();
+    for run in runs {
+        responses.push(run.await.unwrap());
+    }
+    for response in &responses {
+        assert_eq!(response.status, 200, "{}", response.text);
+    }
+    // Readiness stays 200: WAL readers are not blocked by a writer's lock, and `SELECT 1`
+    // takes none. New runs are answered too (their rows wait in the writer's queue).
+    assert_eq!(readiness(&s.app).await, 200);
+    s.mock.push(calls(&[("c1", "nap", json!({}))]));
+    s.mock.push(Reply::text("rested"));
+    let late = tokio::time::timeout(
+        HANG_DETECTOR,
+        s.app
+            .post(&format!("/api/v1/flows/{flow}/runs"), &s.key, json!({})),
+    )
+    .await
+    .expect("a run started while the database was locked hung");
+    assert_eq!(late.status, 200, "{}", late.text);
+    responses.push(late);
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    let pending = s.app.store.list_runs(&tenant).await.unwrap();
+    eprintln!(
+        "while locked: {:?}",
+        pending.iter().map(|r| r.status).collect::<Vec<_>>()
+    );
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    lock.release();
+    for response in &responses {
+        let run = finished_row(&s.app, "after recovery", response).await;
+        assert_eq!(run.status, RunStatus::Succeeded, "{}", run.id);
+    }
+    let health = s.app.request(Method::GET, "/healthz", None, None).await;
+    assert_eq!(health.status, 200);
+}
+
+/// Three runs finish while the database is cut, then the server is stopped (its log writer's
+/// flush must give up rather than wait for the database), then the database comes back.
+/// Returns the database and the tenant.
+async fn stop_during_an_outage() -> Option<(crate::helpers::TestDatabase, baton_store::TenantId)> {
+    let (s, proxy) = behind_proxy(|config| {
+        config.server.request_timeout_secs = 10;
+    })
+    .await?;
+    let (_, runs) = runs_in_their_tool_call(&s, 3, 1_500).await;
+    proxy.pause();
+    for run in runs {
+        let response = run.await.unwrap();
+        assert_eq!(response.status, 200, "{}", response.text);
+    }
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    let db = tokio::time::timeout(HANG_DETECTOR, s.app.stop_keeping_database())
+        .await
+        .expect("the server did not stop while the database was away");
+    proxy.resume();
+    Some((db, tenant))
+}
+
+#[tokio::test]
+async fn faults_a_server_stopped_during_a_database_outage_stops() {
+    // Before: the writer retried the batch ahead of its close request without end, so
+    // shutdown waited for the database to come back.
+    let Some((db, tenant)) = stop_during_an_outage().await else {
+        return;
+    };
+    let direct = baton_store::Store::connect(&baton_store::StoreOptions::new(db.url()))
+        .await
+        .unwrap();
+    assert_eq!(direct.list_runs(&tenant).await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+#[ignore = "defect: the rows a stopping process gave up are lost, and nothing finishes a run left Pending later"]
+async fn faults_runs_of_a_process_stopped_during_an_outage_are_not_left_pending() {
+    let Some((db, tenant)) = stop_during_an_outage().await else {
+        return;
+    };
+    // An instance starts on the database again.
+    let mut config = baton_server::config::Config::for_database(&db.url()).unwrap();
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    let again = baton_server::Application::build(&config).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(again.run_until(async move {
+        let _ = stopped.await;
+    }));
+    let direct = baton_store::Store::connect(&baton_store::StoreOptions::new(db.url()))
+        .await
+        .unwrap();
+    let mut left = Vec::new();
+    for _ in 0..600 {
+        left = direct.list_runs(&tenant).await.unwrap();
+        left.retain(|r| r.status == RunStatus::Pending);
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let _ = stop.send(());
+    let _ = server.await;
+    assert!(
+        left.is_empty(),
+        "runs left Pending: {:?}",
+        left.iter().map(|r| &r.id).collect::<Vec<_>>()
+    );
 }

@@ -5,35 +5,14 @@
 use std::time::Duration;
 
 use baton_providers::ProviderConfig;
-use baton_testkit::tool_host::ToolHost;
 use baton_testkit::{FastMock, FastMockOptions};
 use baton_testkit::{MockMcpServer, Reply};
 use futures::StreamExt;
-use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::chat::{app_with_mock_and, wait_for_run};
+use crate::chat::wait_for_run;
 use crate::helpers::{TestApp, send, spawn_app_with};
-use crate::tools::{Setup, calls, tool_messages};
-
-/// [`crate::tools::setup`] with more configuration.
-async fn setup_with(
-    extra: impl FnOnce(&mut baton_server::config::Config) + Send + 'static,
-) -> Setup {
-    let host = ToolHost::start().await.unwrap();
-    let allowed = host.addr();
-    let (app, mock) = app_with_mock_and(move |config| {
-        config.outbound_allowed.push(allowed);
-        extra(config);
-    })
-    .await;
-    Setup {
-        key: app.default_tenant.api_key.clone(),
-        app,
-        mock,
-        host,
-    }
-}
+use crate::tools::{calls, setup_with, tool_messages};
 
 /// An app whose `openai` provider streams `chunks` content chunks `gap` apart (a long stream).
 async fn app_with_slow_stream(
@@ -208,28 +187,14 @@ async fn tool_results_over_the_limit_fail_the_call_and_the_run_goes_on() {
         .tool(json!({"name": "hosted", "toolType": "External",
                      "webUrl": "/big-chunked", "parameters": sized}))
         .await;
-    let server = s
-        .ok(
-            Method::POST,
-            "/api/v1/mcp-servers",
-            Some(json!({"name": "mock", "url": mcp.url()})),
-        )
-        .await;
-    let imported = s
-        .ok(
-            Method::POST,
-            &format!(
-                "/api/v1/mcp-servers/{}/import",
-                server["id"].as_str().unwrap()
-            ),
-            Some(json!({"toolNames": ["big"]})),
-        )
+    let (_, imported) = s
+        .import_mcp(json!({"name": "mock", "url": mcp.url()}), &["big"])
         .await;
     let flow = s
         .flow(
             "Big results",
             json!({"template": "t", "llm": "openai/gpt-4o-mini",
-                   "toolIds": [fixed, declared, hosted, imported[0]["id"]]}),
+                   "toolIds": [fixed, declared, hosted, imported[0].0]}),
         )
         .await;
     let ten_mb = json!({"bytes": 10 * 1024 * 1024});

@@ -202,27 +202,18 @@ async fn no_canary_secret_reaches_logs_responses_events_or_the_database() {
     let hosted = s
         .tool(json!({"name": "hosted", "toolType": "External", "webUrl": "/sleep?ms=1"}))
         .await;
-    let server = s
-        .ok(
-            Method::POST,
-            "/api/v1/mcp-servers",
-            Some(json!({"name": "calc", "url": mcp.url(),
-                        "headers": {"Authorization": format!("Bearer {MCP_HEADER}")}})),
-        )
-        .await;
-    let sid = server["id"].as_str().unwrap().to_string();
-    let imported = s
-        .ok(
-            Method::POST,
-            &format!("/api/v1/mcp-servers/{sid}/import"),
-            Some(json!({"toolNames": ["add"]})),
+    let (sid, imported) = s
+        .import_mcp(
+            json!({"name": "calc", "url": mcp.url(),
+                   "headers": {"Authorization": format!("Bearer {MCP_HEADER}")}}),
+            &["add"],
         )
         .await;
     let flow = s
         .flow(
             "Hygiene",
             json!({"template": "t", "llm": "openai/gpt-4o-mini",
-                   "toolIds": [fixed, hosted, imported[0]["id"]]}),
+                   "toolIds": [fixed, hosted, imported[0].0]}),
         )
         .await;
     let headers = [

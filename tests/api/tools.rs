@@ -17,9 +17,20 @@ pub struct Setup {
 }
 
 pub async fn setup() -> Setup {
+    setup_with(|_| {}).await
+}
+
+/// [`setup`] with more configuration (`extra` runs after the tool host is allowed).
+pub async fn setup_with(
+    extra: impl FnOnce(&mut baton_server::config::Config) + Send + 'static,
+) -> Setup {
     let host = ToolHost::start().await.unwrap();
     let allowed = host.addr();
-    let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(allowed)).await;
+    let (app, mock) = app_with_mock_and(move |config| {
+        config.outbound_allowed.push(allowed);
+        extra(config);
+    })
+    .await;
     let key = app.default_tenant.api_key.clone();
     Setup {
         app,
@@ -106,6 +117,32 @@ impl Setup {
         let text = response.text().await.unwrap();
         assert!(status.is_success(), "run {flow}: {status} {text}");
         serde_json::from_str(&text).unwrap()
+    }
+
+    /// Registers an MCP server (`body`: name, url, headers) and imports `tools` from it; returns
+    /// the server's id and the imported tools' (id, name) as the import answered them.
+    pub async fn import_mcp(&self, body: Value, tools: &[&str]) -> (String, Vec<(String, String)>) {
+        let server = self
+            .ok(Method::POST, "/api/v1/mcp-servers", Some(body))
+            .await;
+        let sid = server["id"].as_str().unwrap().to_string();
+        let imported = self
+            .ok(
+                Method::POST,
+                &format!("/api/v1/mcp-servers/{sid}/import"),
+                Some(json!({"toolNames": tools})),
+            )
+            .await;
+        let imported = imported
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                let field = |name: &str| t[name].as_str().unwrap().to_string();
+                (field("id"), field("name"))
+            })
+            .collect();
+        (sid, imported)
     }
 
     pub async fn set_origins(&self, origins: Value) {
@@ -575,19 +612,8 @@ async fn a_streamed_tool_run_reports_each_tool_call_with_its_endpoint() {
 #[tokio::test]
 async fn mcp_servers_are_registered_discovered_imported_and_called() {
     let mcp = MockMcpServer::start_with_required_header("Authorization", "Bearer mcp-secret").await;
-    let host = ToolHost::start().await.unwrap();
-    let (mcp_addr, host_addr) = (mcp.address(), host.addr());
-    let (app, mock) = app_with_mock_and(move |config| {
-        config.outbound_allowed.push(mcp_addr);
-        config.outbound_allowed.push(host_addr);
-    })
-    .await;
-    let s = Setup {
-        key: app.default_tenant.api_key.clone(),
-        app,
-        mock,
-        host,
-    };
+    let mcp_addr = mcp.address();
+    let s = setup_with(move |config| config.outbound_allowed.push(mcp_addr)).await;
     let server = s
         .ok(
             Method::POST,
@@ -719,28 +745,9 @@ async fn mcp_servers_are_registered_discovered_imported_and_called() {
 async fn an_unreachable_mcp_server_fails_the_call_not_the_run() {
     let mcp = MockMcpServer::start().await;
     let addr = mcp.address();
-    let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(addr)).await;
-    let host = ToolHost::start().await.unwrap();
-    let s = Setup {
-        key: app.default_tenant.api_key.clone(),
-        app,
-        mock,
-        host,
-    };
-    let server = s
-        .ok(
-            Method::POST,
-            "/api/v1/mcp-servers",
-            Some(json!({"name": "calc", "url": mcp.url()})),
-        )
-        .await;
-    let sid = server["id"].as_str().unwrap().to_string();
-    let imported = s
-        .ok(
-            Method::POST,
-            &format!("/api/v1/mcp-servers/{sid}/import"),
-            Some(json!({"toolNames": ["echo"]})),
-        )
+    let s = setup_with(move |config| config.outbound_allowed.push(addr)).await;
+    let (sid, imported) = s
+        .import_mcp(json!({"name": "calc", "url": mcp.url()}), &["echo"])
         .await;
     // Point the server somewhere nothing listens (the guard allows only the mock's address).
     s.ok(
@@ -752,7 +759,7 @@ async fn an_unreachable_mcp_server_fails_the_call_not_the_run() {
     let flow = s
         .flow(
             "Echo",
-            json!({"template": "t", "toolIds": [imported[0]["id"]], "llm": "openai/gpt-4o-mini"}),
+            json!({"template": "t", "toolIds": [imported[0].0], "llm": "openai/gpt-4o-mini"}),
         )
         .await;
     s.mock.push(calls(&[("c1", "echo", json!({"text": "hi"}))]));

@@ -12,7 +12,7 @@ use sea_orm::{
     ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
 };
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::budgets::BudgetAlert;
 use crate::entity::{run_events, run_tags, runs};
@@ -388,6 +388,9 @@ pub trait WrittenRuns: Send + Sync {
 pub struct RunWriter {
     tx: mpsc::Sender<Message>,
     capacity: usize,
+    /// Set by [`RunWriter::close`] at once, so a batch retrying against an unreachable
+    /// database (ahead of the close message in the queue) stops retrying without end.
+    closing: std::sync::Arc<watch::Sender<bool>>,
 }
 
 #[derive(Clone)]
@@ -427,10 +430,12 @@ impl Default for WriterOptions {
 impl RunWriter {
     pub fn spawn(store: Store, options: WriterOptions) -> RunWriter {
         let (tx, rx) = mpsc::channel(options.capacity.max(1));
-        tokio::spawn(run_writer(store, rx, options.clone()));
+        let (closing, closing_rx) = watch::channel(false);
+        tokio::spawn(run_writer(store, rx, closing_rx, options.clone()));
         RunWriter {
             tx,
             capacity: options.capacity.max(1),
+            closing: std::sync::Arc::new(closing),
         }
     }
 
@@ -447,8 +452,10 @@ impl RunWriter {
         self.capacity - self.tx.capacity()
     }
 
-    /// Writes everything queued so far, then stops the writer.
+    /// Writes everything queued so far, then stops the writer. A database that stays
+    /// unreachable is given a few attempts per batch, not more, so shutdown ends.
     pub async fn close(&self) {
+        self.closing.send_replace(true);
         let (ack, done) = oneshot::channel();
         if self.tx.send(Message::Close(ack)).await.is_ok() {
             let _ = done.await;
@@ -456,7 +463,12 @@ impl RunWriter {
     }
 }
 
-async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: WriterOptions) {
+async fn run_writer(
+    store: Store,
+    mut rx: mpsc::Receiver<Message>,
+    closing: watch::Receiver<bool>,
+    options: WriterOptions,
+) {
     let mut buffer: Vec<Message> = Vec::with_capacity(options.batch);
     let mut sampling = TextSampling::default();
     loop {
@@ -486,9 +498,7 @@ async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: Writ
                 Message::Close(ack) => close = Some(ack),
             }
         }
-        batch
-            .write(&store, &mut sampling, close.is_some(), &options)
-            .await;
+        batch.write(&store, &mut sampling, &closing, &options).await;
         if let Some(ack) = close {
             // Anything queued after the close request is written too before stopping.
             let mut rest = Batch::default();
@@ -500,7 +510,7 @@ async fn run_writer(store: Store, mut rx: mpsc::Receiver<Message>, options: Writ
                     }
                 }
             }
-            rest.write(&store, &mut sampling, true, &options).await;
+            rest.write(&store, &mut sampling, &closing, &options).await;
             let _ = ack.send(());
             return;
         }
@@ -530,13 +540,13 @@ impl Batch {
         mut self,
         store: &Store,
         sampling: &mut TextSampling,
-        closing: bool,
+        closing: &watch::Receiver<bool>,
         options: &WriterOptions,
     ) {
         sampling
             .apply(store, &mut self.records, &mut self.events)
             .await;
-        write_with_retry(store, &self.records, &self.events, closing, options).await;
+        write_with_retry(store, &self.records, &self.events, closing.clone(), options).await;
         for (tenant, lines) in &self.lines {
             // Debugging aid, not billing data: one attempt, failures reported.
             if let Err(error) = store.write_log_entries(tenant, lines).await {
@@ -546,13 +556,17 @@ impl Batch {
     }
 }
 
+/// Attempts at a batch after which a writer that is shutting down gives it up.
+const CLOSING_ATTEMPTS: u32 = 5;
+
 /// Retries a failed batch with backoff: the log is not dropped because the database blinked.
-/// While shutting down, gives up after a few attempts so the process can exit.
+/// Once shutting down (`closing`, which also cuts a backoff short), gives up after a few
+/// attempts so the process can exit.
 async fn write_with_retry(
     store: &Store,
     records: &[RunRecord],
     events: &[(TenantId, StoredEvent)],
-    closing: bool,
+    mut closing: watch::Receiver<bool>,
     options: &WriterOptions,
 ) {
     if records.is_empty() && events.is_empty() {
@@ -577,14 +591,24 @@ async fn write_with_retry(
             Err(err) => {
                 attempt += 1;
                 tracing::error!(error = %err, attempt, runs = records.len(), "could not write the invocation log; retrying");
-                if closing && attempt >= 5 {
+                if *closing.borrow() && attempt >= CLOSING_ATTEMPTS {
                     tracing::error!(
                         runs = records.len(),
                         "giving up on invocation log rows at shutdown"
                     );
                     return;
                 }
-                tokio::time::sleep(delay).await;
+                // A close request ends the wait early (then the attempts left are few).
+                let was_closing = *closing.borrow();
+                let close_requested = async {
+                    if was_closing || closing.wait_for(|c| *c).await.is_err() {
+                        std::future::pending::<()>().await;
+                    }
+                };
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = close_requested => {}
+                }
                 delay = (delay * 2).min(Duration::from_secs(10));
             }
         }

@@ -3,7 +3,10 @@
 //!
 //! Tools: `add` {a, b} -> the sum; `echo` {text, times?} -> the text repeated; `slow` {ms} ->
 //! "done" after sleeping; `fail` -> an `isError` result "boom"; `big` {bytes} -> that many 'x'.
-//! `tools/list` answers two tools a page, so clients must follow cursors.
+//! `tools/list` answers two tools a page, so clients must follow cursors. [`MockMcpServer::start`]
+//! answers every request as an SSE stream (stateful sessions); [`MockMcpServer::start_json`]
+//! answers plain JSON bodies (`Content-Type: application/json`, stateless), the other shape a
+//! client must bound.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -58,12 +61,24 @@ pub struct MockMcpServer {
 
 impl MockMcpServer {
     pub async fn start() -> MockMcpServer {
-        MockMcpServer::serve(None).await
+        MockMcpServer::serve(None, StreamableHttpServerConfig::default()).await
+    }
+
+    /// Stateless, answering each request with one JSON body rather than an SSE stream.
+    pub async fn start_json() -> MockMcpServer {
+        let config = StreamableHttpServerConfig::default()
+            .with_legacy_session_mode(false)
+            .with_json_response(true);
+        MockMcpServer::serve(None, config).await
     }
 
     /// Answers 401 to every request without `name: value`.
     pub async fn start_with_required_header(name: &str, value: &str) -> MockMcpServer {
-        MockMcpServer::serve(Some((name.to_ascii_lowercase(), value.to_string()))).await
+        MockMcpServer::serve(
+            Some((name.to_ascii_lowercase(), value.to_string())),
+            StreamableHttpServerConfig::default(),
+        )
+        .await
     }
 
     /// e.g. `http://127.0.0.1:PORT/mcp`
@@ -98,13 +113,16 @@ impl MockMcpServer {
     }
 
     #[allow(clippy::expect_used)] // test support: failing to bind is a broken test machine
-    async fn serve(required: Option<(String, String)>) -> MockMcpServer {
+    async fn serve(
+        required: Option<(String, String)>,
+        config: StreamableHttpServerConfig,
+    ) -> MockMcpServer {
         let shared = Shared::default();
         let tools = shared.clone();
         let service = StreamableHttpService::new(
             move || Ok(MockTools::new(tools.clone())),
             Arc::new(LocalSessionManager::default()),
-            StreamableHttpServerConfig::default(),
+            config,
         );
         let gate = Gate {
             shared: shared.clone(),

@@ -5,10 +5,12 @@
 //!   query as `[name, value]` pairs in order, and the `x-*` and `authorization` headers;
 //! - `GET /sleep?ms=N`: waits N ms, then answers `slept`;
 //! - `GET /big?bytes=N`: N bytes with a Content-Length;
-//! - `GET /big-chunked?bytes=N`: N bytes streamed in chunks, without a Content-Length;
+//! - `GET /big-chunked?bytes=N`: N bytes streamed in chunks, without a Content-Length (counted
+//!   as they are produced: [`ToolHost::streamed_bytes`]);
 //! - `GET /status/{code}`: that status with a short body (`?bytes=N` pads it to N bytes).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -53,7 +55,7 @@ impl SeenRequest {
 }
 
 #[derive(Clone, Default)]
-struct Seen(Arc<Mutex<Vec<SeenRequest>>>);
+struct Seen(Arc<Mutex<Vec<SeenRequest>>>, Arc<AtomicU64>);
 
 impl Seen {
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<SeenRequest>> {
@@ -94,6 +96,13 @@ impl ToolHost {
     /// The requests received so far, oldest first.
     pub fn requests(&self) -> Vec<SeenRequest> {
         self.seen.lock().clone()
+    }
+
+    /// Bytes of `/big-chunked` bodies produced so far. Chunks are produced as the connection
+    /// takes them, so a client that stops reading (and closes) leaves this below what it asked
+    /// for, give or take what the socket buffers held.
+    pub fn streamed_bytes(&self) -> u64 {
+        self.seen.1.load(Ordering::SeqCst)
     }
 }
 
@@ -137,9 +146,11 @@ async fn handle(State(seen): State<Seen>, request: Request) -> Response {
     }
     if path == "/big-chunked" {
         let total = number("bytes");
+        let streamed = seen.1.clone();
         // A stream body has no size hint, so hyper sends it chunked, without Content-Length.
         let chunks = (0..total.div_ceil(CHUNK)).map(move |i| {
             let size = CHUNK.min(total - i * CHUNK);
+            streamed.fetch_add(size as u64, Ordering::SeqCst);
             Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; size]))
         });
         return Response::builder()

@@ -4,22 +4,29 @@
 //! transport uses the guarded `reqwest::Client` (its resolver and redirect policy refuse private
 //! destinations). A session lives for one operation: connect, list or call, disconnect.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error as StdError;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ContentBlock,
-    Implementation, PaginatedRequestParams,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientJsonRpcMessage,
+    ContentBlock, Implementation, PaginatedRequestParams,
 };
 use rmcp::service::{ClientInitializeError, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::{
-    StreamableHttpClientTransportConfig, StreamableHttpError,
+    SseError, StreamableHttpClient, StreamableHttpClientTransportConfig, StreamableHttpError,
+    StreamableHttpPostResponse,
 };
 use rmcp::{ServiceError, ServiceExt};
 use serde_json::{Map, Value};
+use sse_stream::Sse;
 use tokio::time::Instant;
 use url::Url;
 
@@ -71,7 +78,8 @@ pub async fn discover(
     timeout: Duration,
 ) -> Result<Vec<DiscoveredTool>, ToolError> {
     let deadline = Instant::now() + timeout;
-    let session = within(deadline, connect(client, endpoint, None)).await?;
+    let http = BoundedHttp::new(client);
+    let session = within(deadline, connect(client, http, endpoint, None)).await?;
     let tools = within(deadline, list_tools(&session, endpoint.url)).await;
     disconnect(session, deadline).await;
     tools
@@ -90,13 +98,20 @@ pub async fn call_tool(
     max_bytes: usize,
 ) -> Result<String, ToolError> {
     let deadline = Instant::now() + timeout;
-    let session = within(deadline, connect(client, endpoint, Some(max_bytes))).await?;
+    let http = BoundedHttp::new(client);
+    let refused = http.too_large.clone();
+    let session = within(deadline, connect(client, http, endpoint, Some(max_bytes))).await?;
     let params = CallToolRequestParams::new(name.to_string()).with_arguments(arguments);
     let result = within(deadline, async {
-        session
-            .call_tool(params)
-            .await
-            .map_err(|err| service_error(err, endpoint.url))
+        session.call_tool(params).await.map_err(|err| {
+            // rmcp ends the session over an answer past its bound, and the call sees only
+            // "Transport closed": say why.
+            if refused.load(Ordering::SeqCst) {
+                ToolError::TooLarge { limit: max_bytes }
+            } else {
+                service_error(err, endpoint.url)
+            }
+        })
     })
     .await;
     disconnect(session, deadline).await;
@@ -122,9 +137,11 @@ async fn within<T>(
 /// `max_result_bytes` bounds what the transport reads of one server event while reading (the
 /// JSON-RPC envelope around a result: escaping can double the text, hence the margin); the
 /// result's text is checked exactly afterwards. JSON (non-SSE) answers are bounded by rmcp itself
-/// (16 MiB) while reading.
+/// (16 MiB) while reading: rmcp's client reads them whole, and replacing its POST handling to
+/// stop at our bound is more than this wrapper does (`docs/reliability.md`).
 async fn connect(
     client: &GuardedClient,
+    http: BoundedHttp,
     endpoint: McpEndpoint<'_>,
     max_result_bytes: Option<usize>,
 ) -> Result<Session, ToolError> {
@@ -138,7 +155,7 @@ async fn connect(
             .saturating_add(64 * 1024)
             .min(config.max_sse_event_size);
     }
-    let transport = StreamableHttpClientTransport::with_client(client.inner().clone(), config);
+    let transport = StreamableHttpClientTransport::with_client(http, config);
     let identity = ClientConfig::new(
         ClientCapabilities::default(),
         Implementation::new("baton", env!("CARGO_PKG_VERSION")),
@@ -147,6 +164,148 @@ async fn connect(
         .serve(transport)
         .await
         .map_err(|err| init_error(err, endpoint.url))
+}
+
+/// rmcp's reqwest client (over the guarded client) that notes when an answer was refused for
+/// its size: an SSE event past `max_sse_event_size`, or a JSON body past rmcp's own 16 MiB.
+#[derive(Clone)]
+struct BoundedHttp {
+    inner: reqwest::Client,
+    too_large: Arc<AtomicBool>,
+}
+
+impl BoundedHttp {
+    fn new(client: &GuardedClient) -> BoundedHttp {
+        BoundedHttp {
+            inner: client.inner().clone(),
+            too_large: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    fn note_post(
+        &self,
+        response: Result<StreamableHttpPostResponse, HttpError>,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        match response {
+            Ok(StreamableHttpPostResponse::Sse(stream, session)) => Ok(
+                StreamableHttpPostResponse::Sse(self.note_stream(stream), session),
+            ),
+            Err(error @ StreamableHttpError::ResponseBodyTooLarge { .. }) => {
+                self.too_large.store(true, Ordering::SeqCst);
+                Err(error)
+            }
+            other => other,
+        }
+    }
+
+    fn note_stream(
+        &self,
+        stream: BoxStream<'static, Result<Sse, SseError>>,
+    ) -> BoxStream<'static, Result<Sse, SseError>> {
+        let flag = self.too_large.clone();
+        stream
+            .inspect(move |item| {
+                // rmcp's size error is private to it; its message is what identifies it.
+                if let Err(error) = item
+                    && error.to_string().contains("exceeded the maximum size")
+                {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            })
+            .boxed()
+    }
+}
+
+impl StreamableHttpClient for BoundedHttp {
+    type Error = reqwest::Error;
+
+    async fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        let response = self
+            .inner
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+            .await;
+        self.note_post(response)
+    }
+
+    async fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<StreamableHttpPostResponse, HttpError> {
+        let response = self
+            .inner
+            .post_message_with_max_sse_event_size(
+                uri,
+                message,
+                session_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await;
+        self.note_post(response)
+    }
+
+    async fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<(), HttpError> {
+        self.inner
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+    }
+
+    async fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+        let stream = self
+            .inner
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+            .await?;
+        Ok(self.note_stream(stream))
+    }
+
+    async fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> Result<BoxStream<'static, Result<Sse, SseError>>, HttpError> {
+        let stream = self
+            .inner
+            .get_stream_with_max_sse_event_size(
+                uri,
+                session_id,
+                last_event_id,
+                auth_header,
+                custom_headers,
+                max_sse_event_size,
+            )
+            .await?;
+        Ok(self.note_stream(stream))
+    }
 }
 
 /// Closes the session (a DELETE in stateful mode) if time is left; dropping it cancels anyway.
@@ -205,18 +364,25 @@ fn header_map(
 /// The tool's answer as text, refused once it passes `max_bytes`.
 fn render(result: &CallToolResult, max_bytes: usize) -> Result<String, ToolError> {
     let mut parts = Vec::with_capacity(result.content.len() + 1);
+    let mut size = 0usize;
     for block in &result.content {
-        parts.push(match block {
-            ContentBlock::Text(text) => text.text.clone(),
-            other => compact_json(other)?,
-        });
+        let part = match block {
+            ContentBlock::Text(text) => Cow::Borrowed(text.text.as_str()),
+            other => Cow::Owned(compact_json(other)?),
+        };
+        // Refused as soon as the parts alone pass the bound, before anything is copied.
+        size = size.saturating_add(part.len());
+        if size > max_bytes {
+            return Err(ToolError::TooLarge { limit: max_bytes });
+        }
+        parts.push(part);
     }
     let has_text = result
         .content
         .iter()
         .any(|block| matches!(block, ContentBlock::Text(_)));
     if !has_text && let Some(structured) = &result.structured_content {
-        parts.push(compact_json(structured)?);
+        parts.push(Cow::Owned(compact_json(structured)?));
     }
     let text = parts.join("\n");
     if text.len() > max_bytes {

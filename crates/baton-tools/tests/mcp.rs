@@ -199,6 +199,27 @@ async fn output_over_the_limit_is_too_large() {
 }
 
 #[tokio::test]
+async fn an_answer_past_what_the_transport_reads_is_too_large_not_a_closed_transport() {
+    // Far past the SSE event bound (twice the limit plus 64 KiB): rmcp stops reading and ends
+    // the session; the call must still say why.
+    let server = MockMcpServer::start().await;
+    let err = call(&server, "big", json!({"bytes": 1_000_000}), TIMEOUT, 1000)
+        .await
+        .unwrap_err();
+    assert_eq!(err, ToolError::TooLarge { limit: 1000 });
+    // A plain JSON answer (read whole by rmcp, up to its own bound) is refused too.
+    let plain = MockMcpServer::start_json().await;
+    let err = call(&plain, "big", json!({"bytes": 1_000_000}), TIMEOUT, 1000)
+        .await
+        .unwrap_err();
+    assert_eq!(err, ToolError::TooLarge { limit: 1000 });
+    let fits = call(&plain, "big", json!({"bytes": 1000}), TIMEOUT, 1000)
+        .await
+        .unwrap();
+    assert_eq!(fits.len(), 1000);
+}
+
+#[tokio::test]
 async fn a_slow_tool_times_out() {
     let server = MockMcpServer::start().await;
     let started = std::time::Instant::now();
