@@ -818,3 +818,79 @@ async fn faults_runs_of_a_process_stopped_during_an_outage_are_not_left_pending(
         left.iter().map(|r| &r.id).collect::<Vec<_>>()
     );
 }
+
+/// The runs of the default tenant, once `count` of them are finished.
+async fn finished_runs(app: &TestApp, count: usize) -> Vec<RunRecord> {
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    for _ in 0..300 {
+        let runs = app.store.list_runs(&tenant).await.unwrap();
+        let finished: Vec<RunRecord> = runs
+            .into_iter()
+            .filter(|r| r.completed_at.is_some())
+            .collect();
+        if finished.len() >= count {
+            return finished;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("fewer than {count} runs were ever finished in the log");
+}
+
+/// A client that gives up on a synchronous call (its connection closed mid-request) leaves no
+/// run `Pending`: a plain chat call is written as failed with `CLIENT_DISCONNECTED`; a flow run
+/// with tools goes on to its end on its own task and is logged as it ends.
+#[tokio::test]
+async fn faults_a_client_that_leaves_a_synchronous_call_leaves_no_run_pending() {
+    let s = setup_with(|_| {}).await;
+    let impatient = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+
+    // A chat call: the provider answers after the client has left.
+    s.mock.push(Reply::Delayed(
+        Duration::from_secs(3),
+        Box::new(Reply::text("too late")),
+    ));
+    let gone = impatient
+        .post(s.app.url("/api/v1/chat/completions"))
+        .bearer_auth(&s.key)
+        .json(&json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client was meant to give up first");
+    let runs = finished_runs(&s.app, 1).await;
+    assert_eq!(runs[0].status, RunStatus::Failed);
+    assert_eq!(runs[0].error_code.as_deref(), Some("CLIENT_DISCONNECTED"));
+
+    // A flow run whose tool takes longer than the client waits.
+    let slow = s
+        .tool(json!({"name": "slow", "toolType": "External",
+                     "webUrl": format!("{}/sleep?ms=1500", s.host.origin())}))
+        .await;
+    let flow = s
+        .flow(
+            "Left alone",
+            json!({"template": "t", "toolIds": [slow], "llm": MODEL}),
+        )
+        .await;
+    s.mock.push(calls(&[("c1", "slow", json!({}))]));
+    s.mock.push(Reply::text("finished without anyone waiting"));
+    let gone = impatient
+        .post(s.app.url(&format!("/api/v1/flows/{flow}/runs")))
+        .bearer_auth(&s.key)
+        .json(&json!({}))
+        .send()
+        .await;
+    assert!(gone.is_err(), "the client was meant to give up first");
+    let runs = finished_runs(&s.app, 2).await;
+    let run = runs
+        .iter()
+        .find(|r| r.flow_name.is_some())
+        .expect("the flow run's row");
+    assert_eq!(run.status, RunStatus::Succeeded, "{run:?}");
+    assert_eq!(run.tool_calls.len(), 1);
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    let pending = s.app.store.list_runs(&tenant).await.unwrap();
+    assert!(pending.iter().all(|r| r.status != RunStatus::Pending));
+}

@@ -457,7 +457,11 @@ impl Engine {
                 ))));
             }
             let requested = input.plan.chain.requested.clone();
-            let result = toolrun::run(input).await?;
+            // On its own task, as a streamed run: a client that leaves does not cut the run (and
+            // its tool calls) off half way; it finishes and is logged and billed.
+            let result = tokio::spawn(toolrun::run(input).in_current_span())
+                .await
+                .map_err(|e| ExecutorError::Internal(format!("the tool run stopped: {e}")))??;
             warnings.extend(result.warnings);
             let answered = Answered {
                 requested,

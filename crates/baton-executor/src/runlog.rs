@@ -85,6 +85,10 @@ impl Pricing {
     }
 }
 
+/// The code of a run whose request was dropped before it finished (the client closed the
+/// connection, so the handler was cancelled): written by `Drop`, so no run stays `Pending`.
+pub const CLIENT_DISCONNECTED: &str = "CLIENT_DISCONNECTED";
+
 pub struct RunLog {
     record: Option<RunRecord>,
     /// Lifecycle events written with the run.
@@ -92,6 +96,29 @@ pub struct RunLog {
     started: Instant,
     writer: Arc<dyn RunSink>,
     pricing: Pricing,
+}
+
+/// A run dropped unfinished (its request future was cancelled: the client left a synchronous
+/// call) is written as failed, from a task since `Drop` cannot wait; what its calls had cost by
+/// then is not known here.
+impl Drop for RunLog {
+    fn drop(&mut self) {
+        let Some(mut record) = self.record.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        record.status = RunStatus::Failed;
+        record.error_code = Some(CLIENT_DISCONNECTED.to_string());
+        record.error_message =
+            Some("the client closed the connection before the run finished".to_string());
+        record.duration_ms = self.elapsed_ms();
+        record.completed_at = Some(Timestamp::now());
+        let writer = self.writer.clone();
+        let events = std::mem::take(&mut self.events);
+        runtime.spawn(async move { write(writer.as_ref(), record, events).await });
+    }
 }
 
 impl RunLog {
