@@ -123,7 +123,7 @@ async fn complete_failing(
     if failures_among(n + 1, percent) == failures_before {
         return complete(State(prepared), body).await;
     }
-    let (status, code) = if failures_before % 2 == 0 {
+    let (status, code) = if failures_before.is_multiple_of(2) {
         (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
     } else {
         (StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded")

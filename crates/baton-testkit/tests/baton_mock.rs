@@ -1,6 +1,7 @@
-//! The `baton-mock` process as the load benchmark and the soak start it: the port line, a completion, a
-//! stream of the shaped route's length, the failing route, the tool host and MCP. (Also what makes `cargo test --workspace` build the
-//! binary, which `cargo xtask bench load --smoke` then reuses.)
+//! The `baton-mock` process as the load benchmark and the soak start it: the port line, a
+//! completion, a stream of the shaped route's length, the failing route, the tool host and MCP.
+//! (Also what makes `cargo test --workspace` build the binary, which `cargo xtask bench load
+//! --smoke` and `cargo xtask soak --smoke` then reuse.)
 
 // The whole binary is test code: panicking on a broken expectation is the point.
 #![allow(clippy::unwrap_used)]
