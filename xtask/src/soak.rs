@@ -44,6 +44,9 @@ struct Options {
     duration: Duration,
     rate: u32,
     smoke: bool,
+    /// `--only KIND[,KIND]`: the mix restricted to these kinds (to find which one a failed check
+    /// comes from); the failure and ledger checks still hold for what is sent.
+    only: Option<Vec<Kind>>,
 }
 
 impl Options {
@@ -51,6 +54,7 @@ impl Options {
         let mut duration = None;
         let mut rate = None;
         let mut smoke = false;
+        let mut only = None;
         let mut args = args.iter();
         while let Some(flag) = args.next() {
             let mut value = || {
@@ -65,8 +69,21 @@ impl Options {
                 "--duration" => duration = Some(value()?.max(4)),
                 "--rate" => rate = Some(value()?.max(1)),
                 "--smoke" => smoke = true,
+                "--only" => {
+                    let list = args.next().context("--only needs a list of kinds")?;
+                    let kinds = list
+                        .split(',')
+                        .map(|name| {
+                            Kind::ALL
+                                .into_iter()
+                                .find(|k| k.name() == name.trim())
+                                .with_context(|| format!("--only: unknown kind '{name}'"))
+                        })
+                        .collect::<anyhow::Result<Vec<Kind>>>()?;
+                    only = Some(kinds);
+                }
                 other => bail!(
-                    "unknown option {other}\nusage: cargo xtask soak [--smoke] [--duration SECONDS] [--rate REQUESTS_PER_SECOND]"
+                    "unknown option {other}\nusage: cargo xtask soak [--smoke] [--duration SECONDS] [--rate REQUESTS_PER_SECOND] [--only KIND,...]"
                 ),
             }
         }
@@ -75,6 +92,7 @@ impl Options {
             duration: Duration::from_secs(u64::from(duration.unwrap_or(default_duration))),
             rate: rate.unwrap_or(if smoke { 40 } else { 100 }),
             smoke,
+            only,
         })
     }
 }
@@ -266,7 +284,8 @@ impl Checks {
             "soak: {} {name}: {detail}",
             if ok { "ok  " } else { "FAIL" }
         );
-        self.0.push(json!({"check": name, "ok": ok, "detail": detail}));
+        self.0
+            .push(json!({"check": name, "ok": ok, "detail": detail}));
     }
 
     fn failed(&self) -> Vec<String> {
@@ -320,12 +339,16 @@ async fn soak(options: Options, bins: PathBuf) -> anyhow::Result<()> {
     let samples = Arc::new(Mutex::new(Vec::<(f64, u64)>::new()));
     let sampling = sample_rss(baton.pid(), samples.clone());
     let load_started = Instant::now();
+    let schedule: Vec<Kind> = SCHEDULE
+        .into_iter()
+        .filter(|k| options.only.as_ref().is_none_or(|only| only.contains(k)))
+        .collect();
+    ensure!(!schedule.is_empty(), "--only left no kind to send");
     let seen = open_loop(&soak, options.rate, options.duration, |i| {
-        SCHEDULE[i % SCHEDULE.len()]
+        schedule[i % schedule.len()]
     })
     .await;
     let load_secs = load_started.elapsed().as_secs_f64();
-    sampling.abort();
     let rss: Vec<(f64, u64)> = samples.lock().map(|s| s.clone()).unwrap_or_default();
 
     let per_kind = tally(&seen);
@@ -351,14 +374,29 @@ async fn soak(options: Options, bins: PathBuf) -> anyhow::Result<()> {
 
     // Rows are written off the request path: wait for them.
     let expected_rows: u64 = seen.iter().map(|(k, s)| expected_rows(*k, s)).sum();
+    let waited = Instant::now();
     driver::wait_for_log_rows(
         &soak.client,
         &address,
         KEY,
         expected_rows,
-        Duration::from_secs(60),
+        Duration::from_secs(120),
     )
     .await?;
+    let rows_lag_ms = waited.elapsed().as_millis() as u64;
+    eprintln!("soak: the log caught up {rows_lag_ms} ms after the last answer");
+    sampling.abort();
+    let rss_after: Vec<(f64, u64)> = samples
+        .lock()
+        .map(|s| s[rss.len().min(s.len())..].to_vec())
+        .unwrap_or_default();
+    eprintln!(
+        "soak: RSS while the log caught up: {:?} MB",
+        rss_after
+            .iter()
+            .map(|(_, kb)| kb / 1024)
+            .collect::<Vec<_>>()
+    );
     let rows = log_rows(&soak.client, &soak.base).await?;
     let rows_json = check_rows(&mut checks, &seen, &rows);
     let ledger = check_ledger(&mut checks, &soak, &seen).await?;
@@ -381,10 +419,7 @@ async fn soak(options: Options, bins: PathBuf) -> anyhow::Result<()> {
     ))?;
     let restarted_base = format!("http://{restarted_addr}/api/v1");
     let rows_after = log_rows(&soak.client, &restarted_base).await?;
-    let ids_after: HashSet<&str> = rows_after
-        .iter()
-        .filter_map(|r| r["id"].as_str())
-        .collect();
+    let ids_after: HashSet<&str> = rows_after.iter().filter_map(|r| r["id"].as_str()).collect();
     let missing: Vec<&String> = answered_ids
         .iter()
         .filter(|id| !ids_after.contains(id.as_str()))
@@ -421,6 +456,8 @@ async fn soak(options: Options, bins: PathBuf) -> anyhow::Result<()> {
         "rows": rows_json,
         "ledger": ledger,
         "memory": memory,
+        "logCaughtUpMs": rows_lag_ms,
+        "rssWhileLogCaughtUpKb": rss_after.iter().map(|(_, kb)| kb).collect::<Vec<_>>(),
         "shutdown": shutdown.json,
         "restart": {"rows": rows_after.len(), "answeredRequests": answered_ids.len(),
                     "missing": missing.len(), "pending": pending_after},
@@ -502,8 +539,12 @@ async fn setup(client: &reqwest::Client, base: &str, mock_addr: &str) -> anyhow:
         async move {
             let flow = call(Method::POST, "/flows".into(), json!({"title": title})).await?;
             let slug = flow["name"].as_str().context("flow name")?.to_string();
-            let versions = call(Method::GET, format!("/flows/{slug}/versions"), Value::Null).await?;
-            let version = versions[0]["id"].as_str().context("version id")?.to_string();
+            let versions =
+                call(Method::GET, format!("/flows/{slug}/versions"), Value::Null).await?;
+            let version = versions[0]["id"]
+                .as_str()
+                .context("version id")?
+                .to_string();
             call(
                 Method::PUT,
                 format!("/flows/{slug}/versions/{version}/templates/main"),
@@ -636,7 +677,10 @@ fn chat_body(model: &str, stream: bool) -> Value {
 
 async fn send_once(soak: &Soak, kind: Kind) -> Result<Seen, (Seen, String)> {
     let (path, body) = match kind {
-        Kind::ChatSync => ("/chat/completions".to_string(), chat_body(CHAT_MODEL, false)),
+        Kind::ChatSync => (
+            "/chat/completions".to_string(),
+            chat_body(CHAT_MODEL, false),
+        ),
         Kind::ChatStream => ("/chat/completions".to_string(), chat_body(CHAT_MODEL, true)),
         Kind::Disconnect => ("/chat/completions".to_string(), chat_body(LONG_MODEL, true)),
         Kind::FlowExternal | Kind::FlowMcp | Kind::AgentTree => {
@@ -783,10 +827,7 @@ fn check_answers(checks: &mut Checks, seen: &[(Kind, Seen)]) {
         .filter_map(|(k, s)| s.problem.as_ref().map(|p| format!("{}: {p}", k.name())))
         .collect();
     let unanswered = seen.iter().filter(|(_, s)| !s.answered).count();
-    let without_id = seen
-        .iter()
-        .filter(|(_, s)| s.request_id.is_none())
-        .count();
+    let without_id = seen.iter().filter(|(_, s)| s.request_id.is_none()).count();
     checks.add(
         "every request answered once",
         problems.is_empty() && unanswered == 0 && without_id == 0,
@@ -796,10 +837,7 @@ fn check_answers(checks: &mut Checks, seen: &[(Kind, Seen)]) {
             if problems.is_empty() {
                 String::new()
             } else {
-                format!(
-                    "; e.g. {:?}",
-                    problems.iter().take(5).collect::<Vec<_>>()
-                )
+                format!("; e.g. {:?}", problems.iter().take(5).collect::<Vec<_>>())
             }
         ),
     );
@@ -845,7 +883,10 @@ fn check_rows(checks: &mut Checks, seen: &[(Kind, Seen)], rows: &[Value]) -> Val
                     .is_some_and(|tags| tags.iter().any(|t| t == tag.as_str()))
             })
             .collect();
-        let roots = tagged.iter().filter(|r| r["parentRequestId"].is_null()).count() as u64;
+        let roots = tagged
+            .iter()
+            .filter(|r| r["parentRequestId"].is_null())
+            .count() as u64;
         let children = tagged.len() as u64 - roots;
         let sent = seen.iter().filter(|(k, _)| *k == kind).count() as u64;
         let expected_children: u64 = seen
@@ -877,11 +918,13 @@ fn check_rows(checks: &mut Checks, seen: &[(Kind, Seen)], rows: &[Value]) -> Val
         .filter(|id| !ids.contains(id))
         .count();
     let pending = rows.iter().filter(|r| r["status"] == "Pending").count();
-    let by_status = rows.iter().fold(BTreeMap::<String, u64>::new(), |mut m, r| {
-        *m.entry(r["status"].as_str().unwrap_or("?").to_string())
-            .or_default() += 1;
-        m
-    });
+    let by_status = rows
+        .iter()
+        .fold(BTreeMap::<String, u64>::new(), |mut m, r| {
+            *m.entry(r["status"].as_str().unwrap_or("?").to_string())
+                .or_default() += 1;
+            m
+        });
     checks.add(
         "log rows = requests",
         all_ok && missing == 0 && pending == 0,
@@ -900,15 +943,19 @@ async fn check_ledger(
     soak: &Soak,
     seen: &[(Kind, Seen)],
 ) -> anyhow::Result<Value> {
+    let asked = Instant::now();
     let response = soak
         .client
         .get(format!("{}/statistics/tag-costs/by-key", soak.base))
         .bearer_auth(KEY)
         .query(&[("prefix", "Soak:"), ("limit", "50")])
+        .timeout(Duration::from_secs(600))
         .send()
         .await?;
     let status = response.status();
     let report: Value = response.json().await?;
+    let report_ms = asked.elapsed().as_millis() as u64;
+    eprintln!("soak: tag report in {report_ms} ms");
     ensure!(
         status.is_success(),
         "GET /statistics/tag-costs/by-key: {status} {report}"
@@ -961,8 +1008,10 @@ async fn check_ledger(
             details.join(", ")
         ),
     );
-    Ok(json!({"perKind": out, "totalLedgerCredits": total_ledger,
-              "totalClientCreditsExceptDisconnects": total_client}))
+    Ok(
+        json!({"perKind": out, "totalLedgerCredits": total_ledger, "reportMs": report_ms,
+              "totalClientCreditsExceptDisconnects": total_client}),
+    )
 }
 
 /// RSS of Baton's process every second while the load runs.
@@ -1108,7 +1157,10 @@ async fn long_stream(soak: &Soak) -> Seen {
             .get("x-request-id")
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
-        let text = response.text().await.map_err(|e| format!("stream read: {e}"))?;
+        let text = response
+            .text()
+            .await
+            .map_err(|e| format!("stream read: {e}"))?;
         if !text.contains("data: [DONE]") {
             return Err("stream ended without [DONE]".to_string());
         }
@@ -1160,7 +1212,9 @@ mod tests {
 
     #[test]
     fn memory_rule_allows_noise_and_catches_growth() {
-        let flat: Vec<(f64, u64)> = (0..20).map(|i| (f64::from(i), 100_000 + i as u64)).collect();
+        let flat: Vec<(f64, u64)> = (0..20)
+            .map(|i| (f64::from(i), 100_000 + i as u64))
+            .collect();
         let mut checks = Checks(Vec::new());
         check_memory(&mut checks, &flat);
         assert!(checks.failed().is_empty());
