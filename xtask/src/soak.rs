@@ -382,7 +382,7 @@ async fn soak(options: Options, bins: PathBuf) -> anyhow::Result<()> {
     let per_kind = tally(&seen);
     check_answers(&mut checks, &seen);
     let chat_sent = seen.iter().filter(|(k, _)| k.is_chat()).count() as u64;
-    let injected = baton_testkit_failures(chat_sent);
+    let injected = injected_failures(chat_sent);
     let chat_failed = seen
         .iter()
         .filter(|(k, s)| k.is_chat() && s.failed())
@@ -425,7 +425,7 @@ async fn soak(options: Options, bins: PathBuf) -> anyhow::Result<()> {
             .map(|(_, kb)| kb / 1024)
             .collect::<Vec<_>>()
     );
-    let rows = log_rows(&soak.client, &soak.base).await?;
+    let rows = driver::log_rows(&soak.client, &address, KEY).await?;
     let rows_json = check_rows(&mut checks, &seen, &rows);
     let ledger = check_ledger(&mut checks, &soak, &seen).await?;
     let in_flight_series: Vec<usize> = in_flight.lock().map(|c| c.clone()).unwrap_or_default();
@@ -446,8 +446,7 @@ async fn soak(options: Options, bins: PathBuf) -> anyhow::Result<()> {
         &database_url,
         &out.join("baton-restarted.log"),
     ))?;
-    let restarted_base = format!("http://{restarted_addr}/api/v1");
-    let rows_after = log_rows(&soak.client, &restarted_base).await?;
+    let rows_after = driver::log_rows(&soak.client, &restarted_addr, KEY).await?;
     let ids_after: HashSet<&str> = rows_after.iter().filter_map(|r| r["id"].as_str()).collect();
     let missing: Vec<&String> = answered_ids
         .iter()
@@ -508,7 +507,7 @@ async fn soak(options: Options, bins: PathBuf) -> anyhow::Result<()> {
 }
 
 /// The failures the mock injects into the first `calls` calls of its failing route.
-fn baton_testkit_failures(calls: u64) -> u64 {
+fn injected_failures(calls: u64) -> u64 {
     // The rule of `baton_testkit::fast::failures_among`, which the xtask does not link.
     calls.saturating_mul(FAIL_PERCENT) / 100
 }
@@ -872,32 +871,6 @@ fn check_answers(checks: &mut Checks, seen: &[(Kind, Seen)]) {
             }
         ),
     );
-}
-
-/// Every row of the log, children included, paged through `/llm-logs`.
-async fn log_rows(client: &reqwest::Client, base: &str) -> anyhow::Result<Vec<Value>> {
-    let mut rows = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let mut query = vec![("pageSize", "200".to_string())];
-        if let Some(cursor) = &cursor {
-            query.push(("cursor", cursor.clone()));
-        }
-        let response = client
-            .get(format!("{base}/llm-logs"))
-            .bearer_auth(KEY)
-            .query(&query)
-            .send()
-            .await?;
-        let status = response.status();
-        let page: Value = response.json().await?;
-        ensure!(status.is_success(), "GET /llm-logs: {status} {page}");
-        rows.extend(page["items"].as_array().cloned().unwrap_or_default());
-        match page["nextCursor"].as_str() {
-            Some(next) => cursor = Some(next.to_string()),
-            None => return Ok(rows),
-        }
-    }
 }
 
 fn check_rows(checks: &mut Checks, seen: &[(Kind, Seen)], rows: &[Value]) -> Value {
