@@ -8,14 +8,14 @@
 //! [`CHECKS`] in deterministic mode (the same cases every run). Baton's stderr is kept in
 //! `target/conformance/baton.log`, schemathesis' reports in `target/conformance/report/`.
 
-use std::fs::File;
-use std::io::{BufRead, BufReader, LineWriter, Write};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::path::PathBuf;
+use std::process::Command;
 
 use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
+
+use crate::load::procs::{self, BatonSpec, TempDir};
+use crate::load::{target_dir, workspace_root};
 
 /// The version the document was made clean with; a newer one may add checks.
 const SCHEMATHESIS_VERSION: &str = "4.32.5";
@@ -78,37 +78,6 @@ impl Options {
     }
 }
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("target"))
-}
-
-/// A process killed when dropped, so an early error leaves nothing running.
-struct Guarded(Child);
-
-impl Drop for Guarded {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct TempDir(PathBuf);
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let options = Options::parse(args)?;
     let out = target_dir().join("conformance");
@@ -117,12 +86,15 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     build_binaries()?;
 
     let debug = target_dir().join("debug");
-    let temp =
-        TempDir(std::env::temp_dir().join(format!("baton-conformance-{}", std::process::id())));
-    std::fs::create_dir_all(&temp.0)?;
-    let (_mock, mock_addr) = start_mock(&debug)?;
+    let temp = TempDir::new("conformance")?;
+    let (_mock, mock_addr) = procs::start_mock(&debug, &[], None)?;
     let log_path = out.join("baton.log");
-    let (_baton, baton_addr) = start_baton(&debug, &temp.0, &mock_addr, &log_path)?;
+    let database_url = format!("sqlite://{}", temp.0.join("baton.db").display());
+    let (_baton, baton_addr) = procs::start_baton(&BatonSpec {
+        key: BOOTSTRAP_KEY,
+        log_file: Some(&log_path),
+        ..BatonSpec::new(&debug, &temp.0, &mock_addr, &database_url)
+    })?;
     eprintln!(
         "conformance: baton at {baton_addr} (log: {})",
         log_path.display()
@@ -225,84 +197,6 @@ fn build_binaries() -> anyhow::Result<()> {
         .status()?;
     ensure!(status.success(), "cargo build (baton, baton-mock) failed");
     Ok(())
-}
-
-fn start_mock(bin_dir: &Path) -> anyhow::Result<(Guarded, String)> {
-    let mut child = Guarded(
-        Command::new(bin_dir.join("baton-mock"))
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("starting baton-mock")?,
-    );
-    let stdout = child.0.stdout.take().context("mock stdout")?;
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line)?;
-    let address = line
-        .trim()
-        .strip_prefix("listening ")
-        .with_context(|| format!("unexpected first line from baton-mock: {line:?}"))?
-        .to_string();
-    Ok((child, address))
-}
-
-/// Baton with a fresh SQLite database and its own environment only (the machine's provider
-/// keys and proxies must not leak in); every provider Baton can reach is the mock.
-fn start_baton(
-    bin_dir: &Path,
-    dir: &Path,
-    mock_addr: &str,
-    log_path: &Path,
-) -> anyhow::Result<(Guarded, String)> {
-    let mut command = Command::new(bin_dir.join("baton"));
-    command
-        .args(["serve", "--bind", "127.0.0.1:0"])
-        .current_dir(dir)
-        .env_clear()
-        .env(
-            "BATON_DATABASE_URL",
-            format!("sqlite://{}", dir.join("baton.db").display()),
-        )
-        .env("BATON_BOOTSTRAP_API_KEY", BOOTSTRAP_KEY)
-        .env(
-            "BATON_PROVIDERS__OPENAI__BASE_URL",
-            format!("http://{mock_addr}/v1"),
-        )
-        .env("BATON_PROVIDERS__OPENAI__API_KEY", "sk-conformance")
-        .env("BATON_LOG_FORMAT", "json")
-        .env("BATON_LOG", "warn,baton=info")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(path) = std::env::var_os("PATH") {
-        command.env("PATH", path);
-    }
-    let mut child = Guarded(command.spawn().context("starting baton")?);
-    let stderr = child.0.stderr.take().context("baton stderr")?;
-    let mut log = LineWriter::new(File::create(log_path)?);
-    let (found, address) = std::sync::mpsc::channel();
-    // Copies every line to the log file, and reports the address from the start-up line.
-    std::thread::spawn(move || {
-        let mut found = Some(found);
-        for line in BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            let _ = writeln!(log, "{line}");
-            if let Some(sender) = found.as_ref() {
-                let address = serde_json::from_str::<Value>(&line)
-                    .ok()
-                    .and_then(|l| l.get("address").and_then(Value::as_str).map(str::to_owned));
-                if let Some(address) = address {
-                    let _ = sender.send(address);
-                    found = None;
-                }
-            }
-        }
-    });
-    match address.recv_timeout(Duration::from_secs(60)) {
-        Ok(address) => Ok((child, address)),
-        Err(_) => bail!(
-            "baton did not announce its address within 60 s; see {}",
-            log_path.display()
-        ),
-    }
 }
 
 /// Data the stateful phase and the read operations can start from: an environment, a flow

@@ -10,9 +10,9 @@
 //! RSS from `/proc` and checking its invocation log holds one row per request. It writes
 //! `target/bench/load.json` and prints the figures, the targets of issue 9 and the ratios.
 
-mod driver;
+pub(crate) mod driver;
 mod options;
-mod procs;
+pub(crate) mod procs;
 mod report;
 mod scenarios;
 
@@ -25,17 +25,17 @@ use serde_json::{Value, json};
 
 use driver::Target;
 use options::{Gateway, Options};
-use procs::{Pinning, TempDir};
+use procs::{BatonSpec, Pinning, TempDir};
 use scenarios::{Baseline, Context, progress};
 
-fn workspace_root() -> PathBuf {
+pub(crate) fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-fn target_dir() -> PathBuf {
+pub(crate) fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join("target"))
@@ -102,8 +102,11 @@ async fn drive(options: Options, bins: PathBuf, pinning: Pinning) -> anyhow::Res
     let bench_dir = target_dir().join("bench");
     std::fs::create_dir_all(&bench_dir)?;
     eprintln!("bench: {}", pinning.note);
-    let (mock, mock_addr) =
-        procs::start_mock(&bins, options.mock_delay_ms, pinning.mock.as_deref())?;
+    let (mock, mock_addr) = procs::start_mock(
+        &bins,
+        &procs::bench_mock_args(options.mock_delay_ms),
+        pinning.mock.as_deref(),
+    )?;
     let client = driver::client()?;
     // The direct long streams go to the mock's shaped route, as the gateways' do.
     let direct = Target::new(
@@ -161,13 +164,20 @@ async fn run_one(
     progress(gateway.name(), "starting");
     let sqlite = format!("sqlite://{}", dir.0.join("baton.db").display());
     let mut _database = None;
+    let baton = |database_url: &str, invocation_log: bool| {
+        procs::start_baton(&BatonSpec {
+            invocation_log,
+            cpus,
+            ..BatonSpec::new(bins, &dir.0, mock_addr, database_url)
+        })
+    };
     let (process, address) = match gateway {
-        Gateway::Sqlite => procs::start_baton(bins, &dir.0, mock_addr, &sqlite, true, cpus)?,
-        Gateway::NoLog => procs::start_baton(bins, &dir.0, mock_addr, &sqlite, false, cpus)?,
+        Gateway::Sqlite => baton(&sqlite, true)?,
+        Gateway::NoLog => baton(&sqlite, false)?,
         Gateway::Postgres => {
             let database = procs::PgDatabase::create(&ctx.options.postgres_url)
                 .context("PostgreSQL unreachable")?;
-            let started = procs::start_baton(bins, &dir.0, mock_addr, &database.url, true, cpus)?;
+            let started = baton(&database.url, true)?;
             _database = Some(database);
             started
         }

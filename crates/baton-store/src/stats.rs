@@ -139,8 +139,13 @@ const SUMS: &str = "COUNT(*) AS calls, COUNT(DISTINCT r.root_id) AS requests, \
 
 /// Requests whose root carries the `Panel` marker (or a `Panel:` tag) are not the tenant's own
 /// traffic for tag reports (SPEC.md "Statistics").
-const NOT_PANEL: &str = "NOT EXISTS (SELECT 1 FROM run_tags p WHERE p.tenant_id = r.tenant_id \
-    AND p.run_id = r.root_id AND (p.tag = 'Panel' OR substr(p.tag, 1, 6) = 'Panel:'))";
+///
+/// Looked up by the root's run id alone: run ids are unique across tenants and `r` is already
+/// the tenant's, and with `p.tenant_id` in the condition SQLite chose the `(tenant_id, tag)`
+/// index and scanned every tag of the tenant for every row (a report over 7,000 runs took 12 s;
+/// found by the soak, `cargo xtask soak`).
+const NOT_PANEL: &str = "NOT EXISTS (SELECT 1 FROM run_tags p WHERE p.run_id = r.root_id \
+    AND (p.tag = 'Panel' OR substr(p.tag, 1, 6) = 'Panel:'))";
 
 /// A statement for the connection's backend: `?` placeholders become `$1, $2, ...` on
 /// PostgreSQL. The SQL given here never has `?` inside a literal.
@@ -347,18 +352,7 @@ impl Store {
         window: Window,
         limit: u64,
     ) -> StoreResult<Vec<TagTotal>> {
-        let sql = format!(
-            "SELECT t.tag AS tag, COUNT(*) AS calls, COUNT(DISTINCT r.root_id) AS requests, \
-             CAST(COALESCE(SUM(r.tokens_in), 0) AS BIGINT) AS tokens_in, \
-             CAST(COALESCE(SUM(r.tokens_out), 0) AS BIGINT) AS tokens_out, \
-             CAST(COALESCE(SUM(r.cost_credits), 0) AS BIGINT) AS cost_credits, \
-             CAST(COALESCE(SUM(r.raw_cost_credits), 0) AS BIGINT) AS raw_cost_credits, \
-             CAST(COALESCE(MAX(CASE WHEN r.pricing_uncertain THEN 1 ELSE 0 END), 0) AS BIGINT) AS pricing_uncertain \
-             FROM run_tags t JOIN runs r ON r.tenant_id = t.tenant_id AND r.id = t.run_id \
-             WHERE t.tenant_id = ? AND substr(t.tag, 1, CAST(? AS INTEGER)) = ? \
-             AND r.status <> 'Pending' AND r.created_at >= ? AND r.created_at < ? AND {NOT_PANEL} \
-             GROUP BY t.tag ORDER BY cost_credits DESC, t.tag ASC LIMIT ?"
-        );
+        let sql = tag_totals_sql();
         let values: Vec<Value> = vec![
             tenant.as_str().into(),
             (prefix.chars().count() as i64).into(),
@@ -372,9 +366,63 @@ impl Store {
     }
 }
 
+/// The by-key report's statement: tenant, prefix length, prefix, from, to, limit.
+fn tag_totals_sql() -> String {
+    format!(
+        "SELECT t.tag AS tag, COUNT(*) AS calls, COUNT(DISTINCT r.root_id) AS requests, \
+             CAST(COALESCE(SUM(r.tokens_in), 0) AS BIGINT) AS tokens_in, \
+             CAST(COALESCE(SUM(r.tokens_out), 0) AS BIGINT) AS tokens_out, \
+             CAST(COALESCE(SUM(r.cost_credits), 0) AS BIGINT) AS cost_credits, \
+             CAST(COALESCE(SUM(r.raw_cost_credits), 0) AS BIGINT) AS raw_cost_credits, \
+             CAST(COALESCE(MAX(CASE WHEN r.pricing_uncertain THEN 1 ELSE 0 END), 0) AS BIGINT) AS pricing_uncertain \
+             FROM run_tags t JOIN runs r ON r.tenant_id = t.tenant_id AND r.id = t.run_id \
+             WHERE t.tenant_id = ? AND substr(t.tag, 1, CAST(? AS INTEGER)) = ? \
+             AND r.status <> 'Pending' AND r.created_at >= ? AND r.created_at < ? AND {NOT_PANEL} \
+             GROUP BY t.tag ORDER BY cost_credits DESC, t.tag ASC LIMIT ?"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sea_orm::ConnectionTrait;
+
+    /// SQLite's plan for the by-key report: the Panel check must find the root's tags through
+    /// the run id (the primary key), not scan the tenant's tags for every row (quadratic).
+    #[tokio::test]
+    async fn the_panel_check_finds_root_tags_by_run_id_on_sqlite() {
+        let mut options = crate::StoreOptions::new("sqlite::memory:");
+        // One connection: each in-memory SQLite connection is its own database.
+        options.max_connections = 1;
+        let store = crate::Store::connect(&options).await.unwrap();
+        store.migrate().await.unwrap();
+        let values: Vec<Value> = vec![
+            "t".into(),
+            5i64.into(),
+            "Team:".into(),
+            0i64.into(),
+            1i64.into(),
+            50i64.into(),
+        ];
+        let explain = format!("EXPLAIN QUERY PLAN {}", tag_totals_sql());
+        let rows = store
+            .conn()
+            .query_all_raw(statement(DbBackend::Sqlite, &explain, values))
+            .await
+            .unwrap();
+        let plan: Vec<String> = rows
+            .iter()
+            .map(|row| row.try_get::<String>("", "detail").unwrap())
+            .collect();
+        let panel_lookup = plan
+            .iter()
+            .find(|line| line.contains(" p "))
+            .unwrap_or_else(|| panic!("no step for the Panel check in {plan:?}"));
+        assert!(
+            panel_lookup.contains("run_id=?"),
+            "the Panel check does not search by run id: {plan:?}"
+        );
+    }
 
     #[test]
     fn placeholders_are_numbered_for_postgres() {

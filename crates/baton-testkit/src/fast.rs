@@ -1,16 +1,23 @@
-//! The mock provider's fast mode for load benchmarks: one fixed OpenAI chat completion,
-//! serialised once at start, with no scripting and no recording, so the mock costs far less per
-//! request than the gateway in front of it.
+//! The mock provider's fast mode for load benchmarks and the soak: one fixed OpenAI chat
+//! completion, serialised once at start, with no scripting and no recording, so the mock costs
+//! far less per request than the gateway in front of it.
+//!
+//! For the soak (`cargo xtask soak`) it also plays a model that calls tools (a request offering
+//! tools gets a call of the first one until a tool result is in the conversation), fails a set
+//! share of requests on its `/fail/{percent}` route, and hosts an External tool
+//! (`GET /tool/echo`).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderValue, header};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
@@ -32,6 +39,8 @@ struct Prepared {
     stream_head: Bytes,
     stream_chunk: Bytes,
     stream_tail: Bytes,
+    /// Requests seen by the `/fail` route, which decides by this count which ones fail.
+    fail_counter: Arc<AtomicU64>,
 }
 
 /// A running fast mock. Dropping it does not stop the server; the runtime does.
@@ -42,6 +51,11 @@ pub struct FastMock {
 impl FastMock {
     /// Binds `127.0.0.1:0` and serves `/v1/chat/completions` (and `/chat/completions`).
     pub async fn start(options: FastMockOptions) -> std::io::Result<FastMock> {
+        FastMock::serve(router(options)).await
+    }
+
+    /// Serves `router` (the fast mock's routes with others merged in) the same way.
+    pub async fn serve(router: Router) -> std::io::Result<FastMock> {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         // Without it, Nagle holds each stream chunk after the first until the client's delayed
@@ -49,7 +63,6 @@ impl FastMock {
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let router = router(options);
         tokio::spawn(async move {
             let _ = axum::serve(listener, router).await;
         });
@@ -71,6 +84,13 @@ impl FastMock {
 /// `/shape/{chunks}/{gap_ms}/v1/chat/completions` streams `chunks` content chunks `gap_ms`
 /// apart instead of the configured shape, so one mock serves a gateway two stream shapes
 /// through two base URLs (the load benchmark's short streams and its long concurrent ones).
+///
+/// `/fail/{percent}/v1/chat/completions` answers `percent` % of its requests with an error,
+/// decided by a counter (requests whose number `n` moves `n * percent / 100`), so the failures
+/// are spread evenly and their count is known from the request count; they alternate between
+/// 500 and 429 (without `Retry-After`, so a gateway does not wait and retry).
+///
+/// `GET /tool/echo?...` is an External tool host: it answers `{"echo": "<query string>"}`.
 pub fn router(options: FastMockOptions) -> Router {
     let prepared = prepare(options);
     Router::new()
@@ -80,7 +100,120 @@ pub fn router(options: FastMockOptions) -> Router {
             "/shape/{chunks}/{gap_ms}/v1/chat/completions",
             post(complete_shaped),
         )
+        .route(
+            "/fail/{percent}/v1/chat/completions",
+            post(complete_failing),
+        )
+        .route("/tool/echo", get(tool_echo))
         .with_state(prepared)
+}
+
+/// How many of the first `requests` requests the `/fail/{percent}` route fails.
+pub fn failures_among(requests: u64, percent: u64) -> u64 {
+    requests.saturating_mul(percent.min(100)) / 100
+}
+
+async fn complete_failing(
+    State(prepared): State<Prepared>,
+    Path(percent): Path<u64>,
+    body: Bytes,
+) -> Response {
+    let n = prepared.fail_counter.fetch_add(1, Ordering::Relaxed);
+    let failures_before = failures_among(n, percent);
+    if failures_among(n + 1, percent) == failures_before {
+        return complete(State(prepared), body).await;
+    }
+    let (status, code) = if failures_before.is_multiple_of(2) {
+        (StatusCode::INTERNAL_SERVER_ERROR, "server_error")
+    } else {
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limit_exceeded")
+    };
+    let error = json!({"error": {"message": "injected failure", "type": code, "code": code}});
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        error.to_string(),
+    )
+        .into_response()
+}
+
+async fn tool_echo(RawQuery(query): RawQuery) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        json!({"echo": query.unwrap_or_default()}).to_string(),
+    )
+        .into_response()
+}
+
+/// Tools Baton adds to every sub-agent (SPEC.md "Context tools"); the mock never calls them, so
+/// a template without tools of its own answers at once.
+const CONTEXT_TOOLS: &[&str] = &[
+    "get_context",
+    "get_original_input",
+    "get_state",
+    "set_state",
+];
+
+/// The tool call a model would make for this request: the first tool offered, other than the
+/// context tools, unless a tool result is already the last message.
+fn tool_call_for(request: &Value) -> Option<Value> {
+    let messages = request.get("messages")?.as_array()?;
+    if messages.last()?.get("role").and_then(Value::as_str) == Some("tool") {
+        return None;
+    }
+    let function = request
+        .get("tools")?
+        .as_array()?
+        .iter()
+        .filter_map(|tool| tool.get("function"))
+        .find(|f| {
+            f.get("name")
+                .and_then(Value::as_str)
+                .is_some_and(|name| !CONTEXT_TOOLS.contains(&name))
+        })?;
+    let arguments = arguments_for(function.get("parameters").unwrap_or(&Value::Null));
+    Some(json!({
+        "id": "chatcmpl-fast", "object": "chat.completion", "created": 1, "model": MODEL,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "tool_calls": [{
+            "id": format!("call_{}", messages.len()), "type": "function",
+            "function": {"name": function.get("name"), "arguments": arguments.to_string()}
+        }]}, "finish_reason": "tool_calls"}],
+        "usage": {"prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18}
+    }))
+}
+
+/// Arguments satisfying a JSON Schema's required properties (first enum value, or a plain value
+/// of the property's type).
+fn arguments_for(schema: &Value) -> Value {
+    let mut arguments = serde_json::Map::new();
+    let properties = schema.get("properties");
+    for name in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        let property = properties.and_then(|p| p.get(name));
+        let value = match property.and_then(|p| p.get("enum")).and_then(|e| e.get(0)) {
+            Some(first) => first.clone(),
+            None => match property.and_then(|p| p.get("type")).and_then(Value::as_str) {
+                Some("number" | "integer") => json!(1),
+                Some("boolean") => json!(true),
+                Some("array") => json!([]),
+                Some("object") => json!({}),
+                _ => json!("soak"),
+            },
+        };
+        arguments.insert(name.to_string(), value);
+    }
+    Value::Object(arguments)
 }
 
 /// Largest chunk count a shaped route accepts (a typo must not stream for hours).
@@ -133,6 +266,7 @@ fn prepare(options: FastMockOptions) -> Prepared {
             &chunk(json!({"content": "tok "}), Value::Null).to_string()
         )),
         stream_tail: stream_tail(options.stream_chunks),
+        fail_counter: Arc::new(AtomicU64::new(0)),
     }
 }
 
@@ -150,16 +284,20 @@ fn stream_tail(chunks: usize) -> Bytes {
     )
 }
 
-/// Only `stream` is read from the body; anything else in it is ignored.
+/// Only `stream`, `messages` and `tools` are read from the body; anything else is ignored.
 async fn complete(State(prepared): State<Prepared>, body: Bytes) -> Response {
     if !prepared.options.delay.is_zero() {
         tokio::time::sleep(prepared.options.delay).await;
     }
-    let streamed = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .and_then(|request| request.get("stream").and_then(Value::as_bool))
+    let request = serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null);
+    let streamed = request
+        .get("stream")
+        .and_then(Value::as_bool)
         .unwrap_or(false);
     if !streamed {
+        if let Some(call) = tool_call_for(&request) {
+            return axum::Json(call).into_response();
+        }
         return (
             [(
                 header::CONTENT_TYPE,
@@ -228,5 +366,44 @@ mod tests {
         assert_eq!(events[4], "data: [DONE]");
         let completion: Value = serde_json::from_slice(&prepared.completion).unwrap();
         assert_eq!(completion["object"], "chat.completion");
+    }
+
+    #[test]
+    fn failures_are_the_set_share_of_any_request_count() {
+        assert_eq!(failures_among(100, 10), 10);
+        assert_eq!(failures_among(9, 10), 0);
+        assert_eq!(failures_among(10, 10), 1);
+        assert_eq!(failures_among(7, 100), 7);
+        assert_eq!(failures_among(7, 0), 0);
+        assert_eq!(failures_among(50, 250), 50);
+    }
+
+    #[test]
+    fn a_request_offering_tools_gets_a_call_until_a_result_came_back() {
+        let tools = json!([
+            {"type": "function", "function": {"name": "get_context", "parameters": {}}},
+            {"type": "function", "function": {"name": "lookup", "parameters": {
+                "type": "object",
+                "properties": {"q": {"type": "string"}, "n": {"type": "number"},
+                               "mode": {"type": "string", "enum": ["fast", "slow"]},
+                               "optional": {"type": "string"}},
+                "required": ["q", "n", "mode"]}}}
+        ]);
+        let asking = json!({"messages": [{"role": "user", "content": "hi"}], "tools": tools});
+        let call = tool_call_for(&asking).unwrap();
+        let function = &call["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(function["name"], "lookup");
+        let arguments: Value =
+            serde_json::from_str(function["arguments"].as_str().unwrap()).unwrap();
+        assert_eq!(arguments, json!({"q": "soak", "n": 1, "mode": "fast"}));
+        assert_eq!(call["choices"][0]["finish_reason"], "tool_calls");
+
+        let answered = json!({"messages": [{"role": "user", "content": "hi"},
+                                           {"role": "tool", "content": "x"}], "tools": tools});
+        assert!(tool_call_for(&answered).is_none());
+        let context_only = json!({"messages": [{"role": "user", "content": "hi"}],
+                                  "tools": [tools[0].clone()]});
+        assert!(tool_call_for(&context_only).is_none());
+        assert!(tool_call_for(&json!({"messages": [{"role": "user"}]})).is_none());
     }
 }

@@ -118,19 +118,7 @@ impl MockMcpServer {
         config: StreamableHttpServerConfig,
     ) -> MockMcpServer {
         let shared = Shared::default();
-        let tools = shared.clone();
-        let service = StreamableHttpService::new(
-            move || Ok(MockTools::new(tools.clone())),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
-        let gate = Gate {
-            shared: shared.clone(),
-            required: required.map(Arc::new),
-        };
-        let router = Router::new()
-            .route_service("/mcp", service)
-            .layer(middleware::from_fn_with_state(gate, record_and_check));
+        let router = mcp_router(shared.clone(), required, config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind a loopback port");
@@ -140,6 +128,36 @@ impl MockMcpServer {
         });
         MockMcpServer { address, shared }
     }
+}
+
+/// The mock MCP server's route (`/mcp`) alone, for a process that serves it beside others (the
+/// `baton-mock` binary). Its recordings are not reachable from outside.
+pub fn router() -> Router {
+    mcp_router(
+        Shared::default(),
+        None,
+        StreamableHttpServerConfig::default(),
+    )
+}
+
+fn mcp_router(
+    shared: Shared,
+    required: Option<(String, String)>,
+    config: StreamableHttpServerConfig,
+) -> Router {
+    let tools = shared.clone();
+    let service = StreamableHttpService::new(
+        move || Ok(MockTools::new(tools.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let gate = Gate {
+        shared,
+        required: required.map(Arc::new),
+    };
+    Router::new()
+        .route_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(gate, record_and_check))
 }
 
 #[derive(Clone)]

@@ -1,6 +1,7 @@
-//! The `baton-mock` process as the load benchmark starts it: the port line, a completion, and a
-//! stream of the shaped route's length. (Also what makes `cargo test --workspace` build the
-//! binary, which `cargo xtask bench load --smoke` then reuses.)
+//! The `baton-mock` process as the load benchmark and the soak start it: the port line, a
+//! completion, a stream of the shaped route's length, the failing route, the tool host and MCP.
+//! (Also what makes `cargo test --workspace` build the binary, which `cargo xtask bench load
+//! --smoke` and `cargo xtask soak --smoke` then reuse.)
 
 // The whole binary is test code: panicking on a broken expectation is the point.
 #![allow(clippy::unwrap_used)]
@@ -19,10 +20,15 @@ impl Drop for Killed {
 }
 
 fn post(address: &str, path: &str, body: &str) -> String {
+    post_with(address, path, body, "")
+}
+
+/// `extra` holds further header lines, each ending in CRLF.
+fn post_with(address: &str, path: &str, body: &str, extra: &str) -> String {
     let mut stream = TcpStream::connect(address).unwrap();
     write!(
         stream,
-        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )
     .unwrap();
@@ -58,4 +64,28 @@ fn serves_completions_and_streams_of_the_shaped_length() {
     assert_eq!(shaped.matches("\"tok \"").count(), 7, "{shaped}");
     assert!(shaped.contains("\"completion_tokens\":7"), "{shaped}");
     assert!(shaped.contains("data: [DONE]"), "{shaped}");
+
+    // The soak's routes: failures at the set share (500, then 429), the tool host, MCP.
+    let failing: Vec<String> = (0..4)
+        .map(|_| post(&address, "/fail/50/v1/chat/completions", r#"{"model":"m"}"#))
+        .collect();
+    let statuses: Vec<&str> = failing.iter().map(|r| &r[9..12]).collect();
+    assert_eq!(statuses, ["200", "500", "200", "429"], "{failing:?}");
+    let mut stream = TcpStream::connect(&address).unwrap();
+    write!(
+        stream,
+        "GET /tool/echo?text=hi HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut echo = String::new();
+    stream.read_to_string(&mut echo).unwrap();
+    assert!(echo.contains(r#"{"echo":"text=hi"}"#), "{echo}");
+    let initialize = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#;
+    let mcp = post_with(
+        &address,
+        "/mcp",
+        initialize,
+        "Accept: application/json, text/event-stream\r\n",
+    );
+    assert!(mcp.starts_with("HTTP/1.1 200"), "{mcp}");
 }

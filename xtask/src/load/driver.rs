@@ -467,8 +467,18 @@ async fn count_log_rows(
     baton_addr: &str,
     key: &str,
 ) -> anyhow::Result<u64> {
+    Ok(log_rows(client, baton_addr, key).await?.len() as u64)
+}
+
+/// Every row of Baton's invocation log (child runs included, as the API lists them), paged
+/// through `/api/v1/llm-logs`.
+pub async fn log_rows(
+    client: &reqwest::Client,
+    baton_addr: &str,
+    key: &str,
+) -> anyhow::Result<Vec<Value>> {
     let url = format!("http://{baton_addr}/api/v1/llm-logs");
-    let mut rows = 0u64;
+    let mut rows = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
         let mut query = vec![("pageSize", "200".to_string())];
@@ -484,9 +494,7 @@ async fn count_log_rows(
         let status = response.status();
         let page: Value = response.json().await?;
         ensure!(status.is_success(), "GET /api/v1/llm-logs: {status} {page}");
-        rows += page["items"]
-            .as_array()
-            .map_or(0, |items| items.len() as u64);
+        rows.extend(page["items"].as_array().cloned().unwrap_or_default());
         match page["nextCursor"].as_str() {
             Some(next) => cursor = Some(next.to_string()),
             None => return Ok(rows),

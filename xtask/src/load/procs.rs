@@ -2,7 +2,8 @@
 //! and RSS from `/proc` (summed over the process tree: LiteLLM may fork); CPU pinning.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::fs::File;
+use std::io::{BufRead, BufReader, LineWriter, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -45,7 +46,7 @@ pub struct TempDir(pub PathBuf);
 
 impl TempDir {
     pub fn new(name: &str) -> anyhow::Result<TempDir> {
-        let dir = std::env::temp_dir().join(format!("baton-bench-{}-{name}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("baton-xtask-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         Ok(TempDir(dir))
@@ -71,16 +72,15 @@ fn pinned(program: &Path, cpus: Option<&str>) -> Command {
     }
 }
 
+/// `baton-mock` with `args` (its flags), announcing its random port on its first line.
 pub fn start_mock(
     bins: &Path,
-    delay_ms: u64,
+    args: &[String],
     cpus: Option<&str>,
 ) -> anyhow::Result<(Guarded, String)> {
     let mut child = Guarded(
         pinned(&bins.join("baton-mock"), cpus)
-            .args(["--delay-ms", &delay_ms.to_string()])
-            .args(["--chunks", &SHORT_CHUNKS.to_string()])
-            .args(["--gap-ms", &SHORT_GAP_MS.to_string()])
+            .args(args)
             .stdout(Stdio::piped())
             .spawn()
             .context("starting baton-mock")?,
@@ -96,29 +96,75 @@ pub fn start_mock(
     Ok((child, address))
 }
 
+/// The load benchmark's mock flags: the provider delay and the short-stream shape.
+pub fn bench_mock_args(delay_ms: u64) -> Vec<String> {
+    [
+        ("--delay-ms", delay_ms),
+        ("--chunks", SHORT_CHUNKS as u64),
+        ("--gap-ms", SHORT_GAP_MS),
+    ]
+    .iter()
+    .flat_map(|(flag, value)| [(*flag).to_string(), value.to_string()])
+    .collect()
+}
+
 /// The mock's base URL for the long concurrent streams (its shaped route).
 pub fn long_stream_base(mock_addr: &str) -> String {
     format!("http://{mock_addr}/shape/{LONG_CHUNKS}/{LONG_GAP_MS}/v1")
 }
 
+/// How to start Baton: [`start_baton`].
+pub struct BatonSpec<'a> {
+    pub bins: &'a Path,
+    /// Its working directory.
+    pub dir: &'a Path,
+    pub mock_addr: &'a str,
+    pub database_url: &'a str,
+    /// The bootstrap API key (`BATON_BOOTSTRAP_API_KEY`).
+    pub key: &'a str,
+    pub invocation_log: bool,
+    pub cpus: Option<&'a str>,
+    /// Every line of Baton's stderr is copied here when set.
+    pub log_file: Option<&'a Path>,
+    /// More `BATON_*` variables (other providers, limits).
+    pub env: Vec<(String, String)>,
+}
+
+impl<'a> BatonSpec<'a> {
+    /// Baton on `database_url` with the bench key, the invocation log on, no pinning, no log
+    /// file, no extra variables.
+    pub fn new(
+        bins: &'a Path,
+        dir: &'a Path,
+        mock_addr: &'a str,
+        database_url: &'a str,
+    ) -> BatonSpec<'a> {
+        BatonSpec {
+            bins,
+            dir,
+            mock_addr,
+            database_url,
+            key: BOOTSTRAP_KEY,
+            invocation_log: true,
+            cpus: None,
+            log_file: None,
+            env: Vec::new(),
+        }
+    }
+}
+
 /// Baton with its own environment only (the machine's provider keys and proxies must not leak
 /// in), announcing its random port in its JSON log. Provider `openai` is the mock; provider
 /// `mocklong` (an extra OpenAI-compatible one) is the mock's long-stream route.
-pub fn start_baton(
-    bins: &Path,
-    dir: &Path,
-    mock_addr: &str,
-    database_url: &str,
-    invocation_log: bool,
-    cpus: Option<&str>,
-) -> anyhow::Result<(Guarded, String)> {
-    let mut command = pinned(&bins.join("baton"), cpus);
+pub fn start_baton(spec: &BatonSpec<'_>) -> anyhow::Result<(Guarded, String)> {
+    let mock_addr = spec.mock_addr;
+    let mut command = pinned(&spec.bins.join("baton"), spec.cpus);
     command
         .args(["serve", "--bind", "127.0.0.1:0"])
-        .current_dir(dir)
+        .current_dir(spec.dir)
         .env_clear()
-        .env("BATON_DATABASE_URL", database_url)
-        .env("BATON_BOOTSTRAP_API_KEY", BOOTSTRAP_KEY)
+        .env("BATON_DATABASE_URL", spec.database_url)
+        .env("BATON_BOOTSTRAP_API_KEY", spec.key)
         .env(
             "BATON_PROVIDERS__OPENAI__BASE_URL",
             format!("http://{mock_addr}/v1"),
@@ -131,15 +177,22 @@ pub fn start_baton(
         .env("BATON_PROVIDERS__MOCKLONG__API_KEY", "sk-bench")
         .env(
             "BATON_INVOCATION_LOG__ENABLED",
-            if invocation_log { "true" } else { "false" },
+            if spec.invocation_log { "true" } else { "false" },
         )
         .env("BATON_LOG_FORMAT", "json")
         .env("BATON_LOG", "warn,baton=info")
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     if let Some(path) = std::env::var_os("PATH") {
         command.env("PATH", path);
     }
+    let mut log = match spec.log_file {
+        Some(path) => Some(LineWriter::new(
+            File::create(path).with_context(|| format!("creating {}", path.display()))?,
+        )),
+        None => None,
+    };
     let mut child = Guarded(command.spawn().context("starting baton")?);
     let stderr = child.0.stderr.take().context("baton stderr")?;
     let (found, address) = std::sync::mpsc::channel();
@@ -149,6 +202,9 @@ pub fn start_baton(
         let mut before_start = Vec::new();
         for line in BufReader::new(stderr).lines() {
             let Ok(line) = line else { break };
+            if let Some(log) = log.as_mut() {
+                let _ = writeln!(log, "{line}");
+            }
             if let Some(sender) = found.as_ref() {
                 let address = serde_json::from_str::<Value>(&line)
                     .ok()

@@ -1,14 +1,17 @@
-//! `baton-mock`: the fast mock provider as a process, for `cargo xtask bench load`.
+//! `baton-mock`: the fast mock provider as a process, for `cargo xtask bench load`,
+//! `cargo xtask soak` and `cargo xtask conformance`.
 //!
 //! `baton-mock [--delay-ms N] [--chunks N] [--gap-ms N] [--threads N]` binds 127.0.0.1:0 and
 //! prints `listening 127.0.0.1:PORT` on stdout (a fixed port would race with other processes),
-//! then serves until killed.
+//! then serves until killed: the fast mock's routes (`baton_testkit::fast::router`) and the mock
+//! MCP server at `/mcp`.
 
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use baton_testkit::fast::{FastMock, FastMockOptions};
+use baton_testkit::fast::{self, FastMock, FastMockOptions};
+use baton_testkit::mcp;
 
 fn main() -> ExitCode {
     match run() {
@@ -46,7 +49,8 @@ fn run() -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let mock = FastMock::start(options).await.map_err(|e| e.to_string())?;
+        let router = fast::router(options).merge(mcp::router());
+        let mock = FastMock::serve(router).await.map_err(|e| e.to_string())?;
         // The port line is this program's interface to the xtask.
         let mut stdout = std::io::stdout();
         writeln!(stdout, "listening {}", mock.address()).map_err(|e| e.to_string())?;
