@@ -283,11 +283,13 @@ impl Store {
 
     /// Inside the log writer's transaction: adds each finished run's billed cost to the periods
     /// of the budgets it counts against (once per run), releases the holds the runs carried, and
-    /// records the alert thresholds now reached for the first time in their period.
+    /// records the alert thresholds now reached for the first time in their period. `settled`:
+    /// runs whose holds were already given back (their stored row was finished before).
     pub(crate) async fn charge_budgets<C: ConnectionTrait>(
         &self,
         conn: &C,
         records: &[RunRecord],
+        settled: &std::collections::HashSet<String>,
     ) -> StoreResult<Vec<BudgetAlert>> {
         let finished: Vec<&RunRecord> = records
             .iter()
@@ -317,8 +319,10 @@ impl Store {
             let Some(tenant) = record.tenant.as_ref() else {
                 continue;
             };
-            for hold in &record.budget_holds {
-                release(conn, tenant.as_str(), hold).await?;
+            if !settled.contains(&record.id) {
+                for hold in &record.budget_holds {
+                    release(conn, tenant.as_str(), hold).await?;
+                }
             }
             let Some(budgets) = by_tenant.get(tenant.as_str()) else {
                 continue;
@@ -450,7 +454,11 @@ impl Store {
     }
 }
 
-async fn release<C: ConnectionTrait>(conn: &C, tenant: &str, hold: &BudgetHold) -> StoreResult<()> {
+pub(crate) async fn release<C: ConnectionTrait>(
+    conn: &C,
+    tenant: &str,
+    hold: &BudgetHold,
+) -> StoreResult<()> {
     budget_windows::Entity::update_many()
         .col_expr(
             budget_windows::Column::ReservedCredits,
