@@ -80,12 +80,13 @@ async fn ensure_window<C: ConnectionTrait>(
     Ok(())
 }
 
-/// `reserved - credits`, never below zero.
+/// `reserved - credits`, never below zero. Built with the query builder, not custom SQL with
+/// `$n` placeholders: on SQLite those name the statement's n-th parameter, not the expression's.
 fn minus_reserved(credits: i64) -> Expr {
-    Expr::cust_with_values(
-        "CASE WHEN reserved_credits > $1 THEN reserved_credits - $2 ELSE 0 END",
-        [credits, credits],
-    )
+    let reserved = || Expr::col(budget_windows::Column::ReservedCredits);
+    Expr::case(reserved().gt(credits), reserved().sub(credits))
+        .finally(0)
+        .into()
 }
 
 impl Store {
@@ -248,10 +249,13 @@ impl Store {
                 .filter(budget_windows::Column::TenantId.eq(tenant.as_str()))
                 .filter(budget_windows::Column::BudgetId.eq(budget.id.as_str()))
                 .filter(budget_windows::Column::WindowStart.eq(hold.window_start_ms))
-                .filter(Expr::cust_with_values(
-                    "spent_credits + reserved_credits < $1",
-                    [budget.limit_credits],
-                ))
+                // Not custom SQL with `$1`: on SQLite that named the statement's first
+                // parameter (the hold), so a second hold was refused once any was taken.
+                .filter(
+                    Expr::col(budget_windows::Column::SpentCredits)
+                        .add(Expr::col(budget_windows::Column::ReservedCredits))
+                        .lt(budget.limit_credits),
+                )
                 .exec(self.conn())
         };
         if take().await?.rows_affected == 1 {
