@@ -1,6 +1,8 @@
 //! The abandoned-run sweep against a real database (SQLite by default; PostgreSQL with
 //! `BATON_TEST_DATABASE_URL=postgres://...`).
 
+#![allow(clippy::unwrap_used)]
+
 use std::time::Duration;
 
 use baton_domain::budget::{Budget, BudgetHold, BudgetInput};
