@@ -15,6 +15,7 @@ mod m20261122_000005_tools;
 mod m20261123_000001_run_log_entries;
 mod m20261123_000002_budgets;
 mod m20261123_000003_flow_stats_index;
+mod m20261123_000004_run_budget_holds;
 
 pub struct Migrator;
 
@@ -30,6 +31,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000001_run_log_entries::Migration),
             Box::new(m20261123_000002_budgets::Migration),
             Box::new(m20261123_000003_flow_stats_index::Migration),
+            Box::new(m20261123_000004_run_budget_holds::Migration),
         ]
     }
 }

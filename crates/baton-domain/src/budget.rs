@@ -194,8 +194,9 @@ impl BudgetInput {
 }
 
 /// Credits held against a budget's period while a request runs, released when its root run is
-/// logged (the run's own spend is counted in the same write).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// logged (the run's own spend is counted in the same write). Stored with the run's row so
+/// that a run its process never finished can give them back (`baton-store`'s `abandoned`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BudgetHold {
     pub budget_id: String,
     /// Start of the period, epoch milliseconds.

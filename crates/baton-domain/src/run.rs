@@ -158,7 +158,8 @@ pub struct RunRecord {
     pub is_debug: bool,
     pub created_at: Timestamp,
     pub completed_at: Option<Timestamp>,
-    /// Budget holds taken for this request, released when it is logged as finished.
+    /// Budget holds taken for this request, released when it is logged as finished (stored
+    /// with its row, so that the abandoned-run sweep can release them if it never is).
     #[serde(skip)]
     pub budget_holds: Vec<crate::budget::BudgetHold>,
 }

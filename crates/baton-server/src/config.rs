@@ -274,6 +274,14 @@ pub struct RetentionConfig {
     pub cleanup_interval_secs: u64,
     /// Runs stripped per statement batch.
     pub cleanup_batch: u64,
+    /// Seconds between sweeps finishing runs left `Pending` by a process that died or gave its
+    /// final rows up (0: only the sweep at start-up). Batches are `cleanup_batch` runs.
+    pub abandoned_sweep_interval_secs: u64,
+    /// Added to the longest a run lives on a live instance (`server.request_timeout_secs` plus
+    /// `limits.max_stream_duration_secs`) to make the age past which a `Pending` run is
+    /// finished as `RUN_ABANDONED`: room for clock skew between instances and the log writer's
+    /// queue.
+    pub abandoned_margin_secs: u64,
 }
 
 impl Default for RetentionConfig {
@@ -281,7 +289,21 @@ impl Default for RetentionConfig {
         Self {
             cleanup_interval_secs: 3600,
             cleanup_batch: 500,
+            abandoned_sweep_interval_secs: 300,
+            abandoned_margin_secs: 600,
         }
+    }
+}
+
+impl Config {
+    /// How long a run may stay `Pending` before the sweep finishes it as abandoned.
+    pub fn abandoned_run_age(&self) -> Duration {
+        Duration::from_secs(
+            self.server
+                .request_timeout_secs
+                .saturating_add(self.limits.max_stream_duration_secs)
+                .saturating_add(self.retention.abandoned_margin_secs),
+        )
     }
 }
 

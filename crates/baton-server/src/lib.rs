@@ -97,6 +97,14 @@ impl Application {
                 config.retention.cleanup_batch.max(1),
             );
         }
+        // Off the request path: the start-up pass runs on the sweep's own task.
+        baton_store::abandoned::spawn_abandoned_run_sweep(
+            store.clone(),
+            config.abandoned_run_age(),
+            (config.retention.abandoned_sweep_interval_secs > 0)
+                .then(|| Duration::from_secs(config.retention.abandoned_sweep_interval_secs)),
+            config.retention.cleanup_batch.max(1),
+        );
         let router = baton_api::build_router(state);
         let listener = TcpListener::bind(config.bind).await?;
         Ok(Application {

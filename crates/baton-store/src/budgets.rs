@@ -80,12 +80,13 @@ async fn ensure_window<C: ConnectionTrait>(
     Ok(())
 }
 
-/// `reserved - credits`, never below zero.
+/// `reserved - credits`, never below zero. Built with the query builder, not custom SQL with
+/// `$n` placeholders: on SQLite those name the statement's n-th parameter, not the expression's.
 fn minus_reserved(credits: i64) -> Expr {
-    Expr::cust_with_values(
-        "CASE WHEN reserved_credits > $1 THEN reserved_credits - $2 ELSE 0 END",
-        [credits, credits],
-    )
+    let reserved = || Expr::col(budget_windows::Column::ReservedCredits);
+    Expr::case(reserved().gt(credits), reserved().sub(credits))
+        .finally(0)
+        .into()
 }
 
 impl Store {
@@ -248,10 +249,13 @@ impl Store {
                 .filter(budget_windows::Column::TenantId.eq(tenant.as_str()))
                 .filter(budget_windows::Column::BudgetId.eq(budget.id.as_str()))
                 .filter(budget_windows::Column::WindowStart.eq(hold.window_start_ms))
-                .filter(Expr::cust_with_values(
-                    "spent_credits + reserved_credits < $1",
-                    [budget.limit_credits],
-                ))
+                // Not custom SQL with `$1`: on SQLite that named the statement's first
+                // parameter (the hold), so a second hold was refused once any was taken.
+                .filter(
+                    Expr::col(budget_windows::Column::SpentCredits)
+                        .add(Expr::col(budget_windows::Column::ReservedCredits))
+                        .lt(budget.limit_credits),
+                )
                 .exec(self.conn())
         };
         if take().await?.rows_affected == 1 {
@@ -283,11 +287,13 @@ impl Store {
 
     /// Inside the log writer's transaction: adds each finished run's billed cost to the periods
     /// of the budgets it counts against (once per run), releases the holds the runs carried, and
-    /// records the alert thresholds now reached for the first time in their period.
+    /// records the alert thresholds now reached for the first time in their period. `settled`:
+    /// runs whose holds were already given back (their stored row was finished before).
     pub(crate) async fn charge_budgets<C: ConnectionTrait>(
         &self,
         conn: &C,
         records: &[RunRecord],
+        settled: &std::collections::HashSet<String>,
     ) -> StoreResult<Vec<BudgetAlert>> {
         let finished: Vec<&RunRecord> = records
             .iter()
@@ -317,8 +323,10 @@ impl Store {
             let Some(tenant) = record.tenant.as_ref() else {
                 continue;
             };
-            for hold in &record.budget_holds {
-                release(conn, tenant.as_str(), hold).await?;
+            if !settled.contains(&record.id) {
+                for hold in &record.budget_holds {
+                    release(conn, tenant.as_str(), hold).await?;
+                }
             }
             let Some(budgets) = by_tenant.get(tenant.as_str()) else {
                 continue;
@@ -450,7 +458,11 @@ impl Store {
     }
 }
 
-async fn release<C: ConnectionTrait>(conn: &C, tenant: &str, hold: &BudgetHold) -> StoreResult<()> {
+pub(crate) async fn release<C: ConnectionTrait>(
+    conn: &C,
+    tenant: &str,
+    hold: &BudgetHold,
+) -> StoreResult<()> {
     budget_windows::Entity::update_many()
         .col_expr(
             budget_windows::Column::ReservedCredits,

@@ -9,6 +9,7 @@ mod entity;
 mod error;
 mod time;
 
+pub mod abandoned;
 pub mod api_keys;
 pub mod budgets;
 pub mod customers;

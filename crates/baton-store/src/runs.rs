@@ -1,6 +1,6 @@
 //! The invocation log: runs, their tags and stored events, written in batches by [`RunWriter`].
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use baton_domain::chat::Usage;
@@ -73,6 +73,7 @@ fn to_active(record: &RunRecord, tenant: &str) -> runs::ActiveModel {
         cancel_requested_by: Set(record.cancel_requested_by.clone()),
         created_at: Set(to_millis(record.created_at)),
         completed_at: Set(record.completed_at.map(to_millis)),
+        budget_holds: Set(json_text(&record.budget_holds)),
     }
 }
 
@@ -153,6 +154,27 @@ impl Store {
             }
         }
         let txn = self.begin_write().await?;
+        // Finished runs whose stored row is already finished (a retried write, or a run the
+        // abandoned-run sweep finished while this row waited) gave their holds back then.
+        let holders: Vec<&str> = records
+            .iter()
+            .filter(|r| r.status != RunStatus::Pending && !r.budget_holds.is_empty())
+            .map(|r| r.id.as_str())
+            .collect();
+        let settled: HashSet<String> = if holders.is_empty() {
+            HashSet::new()
+        } else {
+            runs::Entity::find()
+                .select_only()
+                .column(runs::Column::Id)
+                .filter(runs::Column::Id.is_in(holders))
+                .filter(runs::Column::Status.ne(RunStatus::Pending.as_str()))
+                .into_tuple::<String>()
+                .all(&txn)
+                .await?
+                .into_iter()
+                .collect()
+        };
         for record in records {
             let tenant = record.tenant.as_ref().ok_or_else(|| {
                 StoreError::Corrupt("run", format!("run {} has no tenant", record.id))
@@ -233,7 +255,7 @@ impl Store {
         }
         // Spend counts against budgets in the same transaction as the rows: never twice, never
         // lost.
-        let alerts = self.charge_budgets(&txn, records).await?;
+        let alerts = self.charge_budgets(&txn, records, &settled).await?;
         txn.commit().await?;
         Ok(alerts)
     }

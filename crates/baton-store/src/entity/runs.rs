@@ -51,6 +51,8 @@ pub struct Model {
     pub cancel_requested_by: Option<String>,
     pub created_at: i64,
     pub completed_at: Option<i64>,
+    /// JSON array of the budget holds the run carries until it is finished.
+    pub budget_holds: String,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
