@@ -42,17 +42,7 @@ pub struct FastMock {
 impl FastMock {
     /// Binds `127.0.0.1:0` and serves `/v1/chat/completions` (and `/chat/completions`).
     pub async fn start(options: FastMockOptions) -> std::io::Result<FastMock> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
-        // Without it, Nagle holds each stream chunk after the first until the client's delayed
-        // ACK (~40 ms on Linux), and streamed TTFT would measure that.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        let router = router(options);
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let address = crate::serve::serve_loopback(router(options)).await?;
         Ok(FastMock { address })
     }
 

@@ -113,13 +113,9 @@ impl MockMcpServer {
         let router = Router::new()
             .route_service("/mcp", service)
             .layer(middleware::from_fn_with_state(gate, record_and_check));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let address = crate::serve::serve_loopback(router)
             .await
             .expect("bind a loopback port");
-        let address = listener.local_addr().expect("local address");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
         MockMcpServer { address, shared }
     }
 }
