@@ -1014,7 +1014,7 @@ async fn a_batch_longer_than_one_statement_is_written_whole() {
     let tenant = TenantId::new(app.default_tenant.id.clone());
     let key = app.default_tenant.api_key.clone();
     let base = base_time();
-    // 450 runs: three statements of runs; 12 events each: 5,400 event rows of 7 columns, more
+    // 450 runs: several statements of runs; 12 events each: 5,400 event rows of 7 columns, more
     // parameters than SQLite binds in one statement (32,766).
     let mut runs: Vec<RunRecord> = (0..450)
         .map(|i| {

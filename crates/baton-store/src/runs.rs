@@ -133,28 +133,43 @@ fn from_model(m: runs::Model) -> RunRecord {
     }
 }
 
-/// Rows per `INSERT` statement. A batch is written in statements of at most this many rows, so
-/// no batch, however long its tool loops, reaches a bound on bound parameters: the widest table
-/// (`runs`, 43 columns) binds 8,600 at most, against SQLite's 32,766 and PostgreSQL's 65,535.
-pub const ROWS_PER_STATEMENT: usize = 200;
+/// Most rows per `INSERT` statement. A batch is written in statements of at most this many
+/// rows, so no batch, however long its tool loops, reaches a bound on bound parameters: the
+/// widest table (`runs`, 43 columns) binds 5,504 at most, against SQLite's 32,766 and
+/// PostgreSQL's 65,535.
+pub const ROWS_PER_STATEMENT: usize = 128;
 
-/// `rows` in vectors of at most [`ROWS_PER_STATEMENT`].
-pub(crate) fn chunks<T>(rows: impl IntoIterator<Item = T>) -> impl Iterator<Item = Vec<T>> {
-    let mut rows = rows.into_iter().peekable();
+/// `rows` in statements of 128, 64, ..., 2 or 1 rows (the largest that fits, each time). A
+/// statement is prepared once per row count and connection and then reused from the
+/// connection's statement cache: with any count up to the bound, nearly every batch prepared
+/// a new statement of thousands of parameters, which cost more than the round trips saved.
+pub(crate) fn chunks<T>(rows: Vec<T>) -> impl Iterator<Item = Vec<T>> {
+    let mut rows = rows.into_iter();
     std::iter::from_fn(move || {
-        rows.peek()?;
-        Some(rows.by_ref().take(ROWS_PER_STATEMENT).collect())
+        let left = rows.len();
+        if left == 0 {
+            return None;
+        }
+        let size = 1usize << left.min(ROWS_PER_STATEMENT).ilog2();
+        Some(rows.by_ref().take(size).collect())
     })
 }
 
-/// Inserts runs in one statement, or replaces what a run written before can have changed.
+/// Inserts runs, or replaces what a run written before can have changed.
 async fn upsert_runs(
     txn: &sea_orm::DatabaseTransaction,
     rows: Vec<runs::ActiveModel>,
 ) -> StoreResult<()> {
-    if rows.is_empty() {
-        return Ok(());
+    for chunk in chunks(rows) {
+        upsert_statement(txn, chunk).await?;
     }
+    Ok(())
+}
+
+async fn upsert_statement(
+    txn: &sea_orm::DatabaseTransaction,
+    rows: Vec<runs::ActiveModel>,
+) -> StoreResult<()> {
     runs::Entity::insert_many(rows)
         .on_conflict(
             OnConflict::column(runs::Column::Id)
@@ -193,7 +208,8 @@ async fn upsert_runs(
 
 impl Store {
     /// Writes runs (insert, or replace a run written before) with their tags and events, in one
-    /// transaction, in multi-row statements of at most [`ROWS_PER_STATEMENT`] rows. Customers named by external id are created on first use.
+    /// transaction, in multi-row statements of at most [`ROWS_PER_STATEMENT`] rows. Customers
+    /// named by external id are created on first use.
     pub async fn write_runs(
         &self,
         records: &[RunRecord],
@@ -211,8 +227,7 @@ impl Store {
             }
         }
         let txn = self.begin_write().await?;
-        let mut rows: Vec<runs::ActiveModel> =
-            Vec::with_capacity(records.len().min(ROWS_PER_STATEMENT));
+        let mut rows: Vec<runs::ActiveModel> = Vec::with_capacity(records.len());
         let mut ids: HashSet<&str> = HashSet::new();
         let mut tags: Vec<run_tags::ActiveModel> = Vec::new();
         for record in records {
@@ -221,7 +236,7 @@ impl Store {
             })?;
             // PostgreSQL refuses to update one row twice in one statement, and the later write
             // of a run must win: a repeated id starts the next statement.
-            if rows.len() >= ROWS_PER_STATEMENT || ids.contains(record.id.as_str()) {
+            if ids.contains(record.id.as_str()) {
                 upsert_runs(&txn, std::mem::take(&mut rows)).await?;
                 ids.clear();
             }
