@@ -82,6 +82,7 @@ async fn metrics_count_requests_errors_tokens_credits_and_attempts() {
     app.get("/api/v1/flows/nope", &key)
         .await
         .error(404, "NOT_FOUND");
+    assert_eq!(app.get("/no/such/route", &key).await.status, 404);
 
     let scraped = app.request(Method::GET, "/metrics", None, None).await;
     assert_eq!(scraped.status, 200, "no credentials needed");
@@ -113,6 +114,14 @@ async fn metrics_count_requests_errors_tokens_credits_and_attempts() {
     assert!(text.contains(
         r#"baton_http_request_duration_seconds_count{method="POST",route="/api/v1/chat/completions"} 1"#
     ));
+    assert_eq!(
+        sample(
+            &text,
+            r#"baton_http_requests_total{method="GET",route="unmatched",status="404"}"#
+        ),
+        Some(1.0),
+        "a path no route matches is one label: {text}"
+    );
     let model = r#"model="openai/gpt-4o-mini""#;
     assert_eq!(
         sample(

@@ -1007,3 +1007,90 @@ async fn with_the_invocation_log_off_requests_succeed_and_nothing_is_written() {
     assert!(store.list_runs(&tenant).await.unwrap().is_empty());
     store.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_batch_longer_than_one_statement_is_written_whole() {
+    let app = spawn_app().await;
+    let tenant = TenantId::new(app.default_tenant.id.clone());
+    let key = app.default_tenant.api_key.clone();
+    let base = base_time();
+    // 450 runs: several statements of runs; 12 events each: 5,400 event rows of 7 columns, more
+    // parameters than SQLite binds in one statement (32,766).
+    let mut runs: Vec<RunRecord> = (0..450)
+        .map(|i| {
+            let mut record = run(&tenant, at(base, i));
+            record.tags = vec!["Batch:all".into(), format!("Batch:n{}", i % 3)];
+            record
+        })
+        .collect();
+    // One run written twice in the batch, pending then finished: the later write wins.
+    let twice = runs[10].id.clone();
+    let mut pending = runs[10].clone();
+    pending.status = RunStatus::Pending;
+    pending.completed_at = None;
+    runs.insert(5, pending);
+    let events: Vec<_> = runs
+        .iter()
+        .filter(|r| r.status != RunStatus::Pending)
+        .flat_map(|r| {
+            (0..12).map(|seq| {
+                (
+                    tenant.clone(),
+                    baton_domain::run::StoredEvent {
+                        id: uuid::Uuid::now_v7().to_string(),
+                        run_id: r.id.clone(),
+                        seq,
+                        event_type: "toolCompleted".into(),
+                        payload: json!({"seq": seq}),
+                        created_at: r.created_at,
+                    },
+                )
+            })
+        })
+        .collect();
+    assert_eq!(events.len(), 5_400);
+    app.store.write_runs(&runs, &events).await.unwrap();
+
+    let stored = app.store.list_runs(&tenant).await.unwrap();
+    assert_eq!(stored.len(), 450);
+    let again = stored.iter().find(|r| r.id == twice).unwrap();
+    assert_eq!(again.status, RunStatus::Succeeded);
+    let mut event_rows = 0;
+    for record in &stored {
+        let events = app.store.run_events(&tenant, &record.id).await.unwrap();
+        assert_eq!(
+            events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            (0..12).collect::<Vec<_>>()
+        );
+        event_rows += events.len();
+    }
+    assert_eq!(event_rows, 5_400);
+    let tagged = |tag: &str| {
+        runs.iter()
+            .filter(|r| r.status != RunStatus::Pending && r.tags.iter().any(|t| t == tag))
+            .map(|r| r.id.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        sorted(listed(&app, &key, "tags=Batch:n1").await),
+        sorted(tagged("Batch:n1"))
+    );
+
+    // A debug run's lines, up to the capture's 5,000 (9 columns each), in one write.
+    let lines: Vec<RunLogEntry> = (0..5_000)
+        .map(|seq| RunLogEntry {
+            id: uuid::Uuid::now_v7().to_string(),
+            run_id: twice.clone(),
+            seq,
+            level: "debug".into(),
+            target: "baton_executor".into(),
+            message: format!("line {seq}"),
+            fields: json!({}),
+            timestamp: at(base, 0),
+        })
+        .collect();
+    app.store.write_log_entries(&tenant, &lines).await.unwrap();
+    let kept = app.store.run_log_entries(&tenant, &twice).await.unwrap();
+    assert_eq!(kept.len(), 5_000);
+    assert_eq!(kept.last().unwrap().message, "line 4999");
+}

@@ -3,16 +3,19 @@
 //! fallbacks), plus the log writer's queue depth. Request metrics are taken in a middleware;
 //! run metrics are counted by the log writer after each batch, off the request path.
 
+use std::borrow::Cow;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
+use axum::http::Method;
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use baton_domain::run::{RunRecord, RunStatus};
 use baton_store::runs::{RunWriter, WrittenRuns};
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -22,30 +25,80 @@ use prometheus_client::registry::Registry;
 use crate::error::ApiError;
 use crate::state::AppState;
 
+// Request labels allocate nothing per request: static strings, and the matched route shared
+// with axum's extension (its clone is a reference count). A label set is cloned into its
+// family only the first time it is seen.
+
+/// The route template (`/api/v1/flows/{flowId}`), never the raw path: bounded cardinality.
+#[derive(Clone, Debug)]
+struct Route(Option<MatchedPath>);
+
+impl Route {
+    fn as_str(&self) -> &str {
+        self.0.as_ref().map_or("unmatched", MatchedPath::as_str)
+    }
+}
+
+impl PartialEq for Route {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for Route {}
+
+impl Hash for Route {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl EncodeLabelValue for Route {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&self.as_str(), encoder)
+    }
+}
+
+/// The method's name; extension methods (not routed anyway) are counted together.
+fn method_name(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::CONNECT => "CONNECT",
+        Method::TRACE => "TRACE",
+        _ => "OTHER",
+    }
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RequestLabels {
-    method: String,
-    /// The route template (`/api/v1/flows/{flowId}`), never the raw path: bounded cardinality.
-    route: String,
+    method: &'static str,
+    route: Route,
     status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RouteLabels {
-    method: String,
-    route: String,
+    method: &'static str,
+    route: Route,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
-    code: String,
+    /// An error code (static), or `HTTP_<status>` for an error response without one.
+    code: Cow<'static, str>,
     status: u16,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabels {
-    kind: String,
-    status: String,
+    kind: &'static str,
+    status: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -58,7 +111,7 @@ struct ModelLabels {
 struct TokenLabels {
     model: String,
     /// `in`, `out`, `reasoning`, `cached`.
-    kind: String,
+    kind: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -205,31 +258,22 @@ impl Metrics {
 
     fn observe_request(
         &self,
-        method: &str,
-        route: &str,
+        route: RouteLabels,
         status: u16,
         seconds: f64,
-        error: Option<&str>,
+        error: Option<Cow<'static, str>>,
     ) {
+        self.latency.get_or_create(&route).observe(seconds);
         self.requests
             .get_or_create(&RequestLabels {
-                method: method.to_string(),
-                route: route.to_string(),
+                method: route.method,
+                route: route.route,
                 status,
             })
             .inc();
-        self.latency
-            .get_or_create(&RouteLabels {
-                method: method.to_string(),
-                route: route.to_string(),
-            })
-            .observe(seconds);
         if let Some(code) = error {
             self.errors
-                .get_or_create(&ErrorLabels {
-                    code: code.to_string(),
-                    status,
-                })
+                .get_or_create(&ErrorLabels { code, status })
                 .inc();
         }
     }
@@ -237,8 +281,8 @@ impl Metrics {
     fn observe_run(&self, run: &RunRecord) {
         self.runs
             .get_or_create(&RunLabels {
-                kind: run.kind.as_str().to_string(),
-                status: run.status.as_str().to_string(),
+                kind: run.kind.as_str(),
+                status: run.status.as_str(),
             })
             .inc();
         for attempt in &run.attempts {
@@ -268,7 +312,7 @@ impl Metrics {
                 self.tokens
                     .get_or_create(&TokenLabels {
                         model: model.model.clone(),
-                        kind: kind.to_string(),
+                        kind,
                     })
                     .inc_by(count);
             }
@@ -300,26 +344,19 @@ impl WrittenRuns for Metrics {
 /// Counts every request by its route template and times it to the response head.
 pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
-    let method = request.method().as_str().to_string();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let route = RouteLabels {
+        method: method_name(request.method()),
+        route: Route(request.extensions().get::<MatchedPath>().cloned()),
+    };
     let response = next.run(request).await;
     let error = response.extensions().get::<ApiError>().map(ApiError::code);
     let status = response.status().as_u16();
     let error = match (error, status) {
-        (Some(code), _) => Some(code.to_string()),
-        (None, 400..) => Some(format!("HTTP_{status}")),
+        (Some(code), _) => Some(Cow::Borrowed(code)),
+        (None, 400..) => Some(Cow::Owned(format!("HTTP_{status}"))),
         (None, _) => None,
     };
-    metrics.observe_request(
-        &method,
-        &route,
-        status,
-        started.elapsed().as_secs_f64(),
-        error.as_deref(),
-    );
+    metrics.observe_request(route, status, started.elapsed().as_secs_f64(), error);
     response
 }
 

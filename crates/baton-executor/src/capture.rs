@@ -6,6 +6,7 @@
 //! that did not ask, and the layer's filter keeps other requests' debug lines disabled.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -23,6 +24,16 @@ pub const SPAN_NAME: &str = "baton_capture";
 /// Lines kept per run, and runs buffered at once: a runaway loop cannot exhaust memory.
 const MAX_LINES: usize = 5_000;
 const MAX_RUNS: usize = 1_000;
+
+/// Capture spans open now, in every subscriber. While none is, the filter refuses events with
+/// this one load instead of walking the event's span scope: the common case, as debug runs are
+/// rare and every `debug!`/`trace!` of every request asks the filter.
+static OPEN_CAPTURES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many capture spans are open (tests).
+pub fn open_captures() -> usize {
+    OPEN_CAPTURES.load(Ordering::Relaxed)
+}
 
 /// The span a request runs in to have its log lines kept, at `level` and above.
 pub fn capture_span(run_id: &str, level: Level) -> tracing::Span {
@@ -160,6 +171,9 @@ impl CaptureLayer {
             if metadata.is_span() {
                 return true;
             }
+            if OPEN_CAPTURES.load(Ordering::Relaxed) == 0 {
+                return false;
+            }
             cx.lookup_current().is_some_and(|span| {
                 span.scope()
                     .any(|s| s.extensions().get::<Capture>().is_some())
@@ -186,6 +200,7 @@ where
         };
         if let Some(span) = ctx.span(id) {
             span.extensions_mut().insert(Capture { run_id, level });
+            OPEN_CAPTURES.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -232,11 +247,16 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        let Some(span) = ctx.span(&id) else {
+            return;
+        };
+        let extensions = span.extensions();
+        let Some(capture) = extensions.get::<Capture>() else {
+            return;
+        };
+        OPEN_CAPTURES.fetch_sub(1, Ordering::Relaxed);
         // Lines nobody takes (the request ended before its run was written) go after a grace.
-        if let Some(span) = ctx.span(&id)
-            && let Some(capture) = span.extensions().get::<Capture>()
-            && let Some(buffer) = buffers().get_mut(&capture.run_id)
-        {
+        if let Some(buffer) = buffers().get_mut(&capture.run_id) {
             buffer.closed = Some(Instant::now());
         }
     }
@@ -255,11 +275,14 @@ mod tests {
         tracing::subscriber::with_default(subscriber, || {
             tracing::debug!("outside any capture");
             let span = capture_span("run-a", Level::DEBUG);
+            assert_eq!(open_captures(), 1);
             span.in_scope(|| {
                 tracing::info!(model = "m", tokens = 3u64, "calling the model");
                 tracing::trace!("too fine for debug");
                 tracing::debug_span!("inner").in_scope(|| tracing::warn!("nested"));
             });
+            drop(span);
+            assert_eq!(open_captures(), 0, "the span is closed");
             let lines = take("run-a");
             assert_eq!(
                 lines.iter().map(|l| l.message.as_str()).collect::<Vec<_>>(),

@@ -73,6 +73,9 @@ pub(crate) struct Inner {
     pub(crate) flows: Arc<dyn FlowStore>,
     pub(crate) runs: Arc<dyn RunSink>,
     pub(crate) config: EngineConfig,
+    // Every cache loads through `try_get_with`: concurrent misses of one key (a burst after
+    // start-up or an invalidation) wait for one load instead of each reading storage; a failed
+    // load is not cached.
     /// Tenant settings read on the hot path; dropped on change (other instances: TTL).
     settings: Cache<String, Arc<TenantSettings>>,
     /// Tenant routing rules, likewise.
@@ -159,15 +162,13 @@ impl Engine {
 
     /// The tenant's settings, from the cache when fresh.
     pub async fn tenant_settings(&self, tenant: &TenantId) -> ExecutorResult<Arc<TenantSettings>> {
-        if let Some(settings) = self.inner.settings.get(tenant.as_str()).await {
-            return Ok(settings);
-        }
-        let settings = Arc::new(self.inner.flows.tenant_settings(tenant).await?);
         self.inner
             .settings
-            .insert(tenant.as_str().to_string(), settings.clone())
-            .await;
-        Ok(settings)
+            .try_get_with_by_ref(tenant.as_str(), async {
+                Ok::<_, ExecutorError>(Arc::new(self.inner.flows.tenant_settings(tenant).await?))
+            })
+            .await
+            .map_err(Arc::unwrap_or_clone)
     }
 
     /// Drops the cached settings; call after changing them.
@@ -177,15 +178,15 @@ impl Engine {
 
     /// The tenant's routing rules by alias, from the cache when fresh.
     pub async fn routing_rules(&self, tenant: &TenantId) -> ExecutorResult<Arc<RuleSet>> {
-        if let Some(rules) = self.inner.rules.get(tenant.as_str()).await {
-            return Ok(rules);
-        }
-        let rules = Arc::new(RuleSet::new(self.inner.flows.routing_rules(tenant).await?));
         self.inner
             .rules
-            .insert(tenant.as_str().to_string(), rules.clone())
-            .await;
-        Ok(rules)
+            .try_get_with_by_ref(tenant.as_str(), async {
+                Ok::<_, ExecutorError>(Arc::new(RuleSet::new(
+                    self.inner.flows.routing_rules(tenant).await?,
+                )))
+            })
+            .await
+            .map_err(Arc::unwrap_or_clone)
     }
 
     /// Drops the cached routing rules; call after changing them.
@@ -195,15 +196,13 @@ impl Engine {
 
     /// The tenant's budgets, from the cache when fresh.
     pub async fn budgets(&self, tenant: &TenantId) -> ExecutorResult<Arc<Vec<Budget>>> {
-        if let Some(budgets) = self.inner.budgets.get(tenant.as_str()).await {
-            return Ok(budgets);
-        }
-        let budgets = Arc::new(self.inner.flows.budgets(tenant).await?);
         self.inner
             .budgets
-            .insert(tenant.as_str().to_string(), budgets.clone())
-            .await;
-        Ok(budgets)
+            .try_get_with_by_ref(tenant.as_str(), async {
+                Ok::<_, ExecutorError>(Arc::new(self.inner.flows.budgets(tenant).await?))
+            })
+            .await
+            .map_err(Arc::unwrap_or_clone)
     }
 
     /// Drops the cached budgets; call after changing them.
@@ -217,12 +216,13 @@ impl Engine {
             return Ok(Arc::default());
         }
         let key = format!("{}\u{1f}{}", tenant.as_str(), ids.join("\u{1f}"));
-        if let Some(hit) = self.inner.tools.get(&key).await {
-            return Ok(hit);
-        }
-        let tools = Arc::new(self.inner.flows.tools(tenant, ids).await?);
-        self.inner.tools.insert(key, tools.clone()).await;
-        Ok(tools)
+        self.inner
+            .tools
+            .try_get_with(key, async {
+                Ok::<_, ExecutorError>(Arc::new(self.inner.flows.tools(tenant, ids).await?))
+            })
+            .await
+            .map_err(Arc::unwrap_or_clone)
     }
 
     /// Drops the tenant's cached tool lists; call after creating, changing or deleting a tool.
@@ -247,18 +247,19 @@ impl Engine {
         version_id: &str,
     ) -> ExecutorResult<Arc<CompiledVersion>> {
         let key = format!("{}\u{1f}{version_id}", tenant.as_str());
-        if let Some(hit) = self.inner.versions.get(&key).await {
-            return Ok(hit);
-        }
-        let version = self
-            .inner
-            .flows
-            .version(tenant, flow_id, version_id)
-            .await?;
-        let library = compile(&version.templates)?;
-        let compiled = Arc::new(CompiledVersion { version, library });
-        self.inner.versions.insert(key, compiled.clone()).await;
-        Ok(compiled)
+        self.inner
+            .versions
+            .try_get_with(key, async {
+                let version = self
+                    .inner
+                    .flows
+                    .version(tenant, flow_id, version_id)
+                    .await?;
+                let library = compile(&version.templates)?;
+                Ok::<_, ExecutorError>(Arc::new(CompiledVersion { version, library }))
+            })
+            .await
+            .map_err(Arc::unwrap_or_clone)
     }
 }
 
@@ -286,4 +287,94 @@ pub fn compile(templates: &[Template]) -> ExecutorResult<Library> {
         };
         ExecutorError::validation(field, format!("template '{name}': {err}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use baton_domain::routing::RoutingRule;
+    use baton_domain::tool::McpServer;
+    use baton_providers::{Catalogue, ProvidersConfig};
+    use tokio::sync::Semaphore;
+
+    use super::*;
+    use crate::memory::MemoryStore;
+    use crate::storage::FoundFlow;
+
+    /// Settings loads that count themselves and wait at a gate the test opens.
+    struct Gated {
+        inner: MemoryStore,
+        loads: AtomicUsize,
+        gate: Semaphore,
+    }
+
+    #[async_trait]
+    impl FlowStore for Gated {
+        async fn flow(&self, tenant: &TenantId, id: &str) -> ExecutorResult<FoundFlow> {
+            self.inner.flow(tenant, id).await
+        }
+        async fn version(
+            &self,
+            tenant: &TenantId,
+            flow: &str,
+            id: &str,
+        ) -> ExecutorResult<Version> {
+            self.inner.version(tenant, flow, id).await
+        }
+        async fn tools(&self, tenant: &TenantId, ids: &[String]) -> ExecutorResult<Vec<Tool>> {
+            self.inner.tools(tenant, ids).await
+        }
+        async fn mcp_server(&self, tenant: &TenantId, id: &str) -> ExecutorResult<McpServer> {
+            self.inner.mcp_server(tenant, id).await
+        }
+        async fn cancel_requested(
+            &self,
+            tenant: &TenantId,
+            ids: &[String],
+        ) -> ExecutorResult<bool> {
+            self.inner.cancel_requested(tenant, ids).await
+        }
+        async fn tenant_settings(&self, tenant: &TenantId) -> ExecutorResult<TenantSettings> {
+            self.loads.fetch_add(1, Ordering::SeqCst);
+            let _pass = self.gate.acquire().await;
+            self.inner.tenant_settings(tenant).await
+        }
+        async fn routing_rules(&self, tenant: &TenantId) -> ExecutorResult<Vec<RoutingRule>> {
+            self.inner.routing_rules(tenant).await
+        }
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_of_one_key_load_once() {
+        let store = Arc::new(Gated {
+            inner: MemoryStore::new(),
+            loads: AtomicUsize::new(0),
+            gate: Semaphore::new(0),
+        });
+        let catalogue = Arc::new(Catalogue::shipped().unwrap());
+        let registry = Registry::from_config(&ProvidersConfig::default(), catalogue).unwrap();
+        let engine = Engine::new(
+            EngineConfig::default(),
+            Arc::new(registry),
+            store.clone(),
+            Arc::new(MemoryStore::new()),
+        )
+        .unwrap();
+        let tenant = TenantId::new("acme");
+        let readers = futures::future::join_all((0..8).map(|_| engine.tenant_settings(&tenant)));
+        // Opens the gate once every reader has been polled and is waiting for the first load.
+        let opener = async {
+            tokio::task::yield_now().await;
+            store.gate.add_permits(Semaphore::MAX_PERMITS);
+        };
+        let (results, ()) = tokio::join!(readers, opener);
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(store.loads.load(Ordering::SeqCst), 1);
+        // Dropped after a change: the next read loads again.
+        engine.forget_settings(&tenant).await;
+        engine.tenant_settings(&tenant).await.unwrap();
+        assert_eq!(store.loads.load(Ordering::SeqCst), 2);
+    }
 }

@@ -190,12 +190,15 @@ impl EventLog {
         self.seq
     }
 
-    /// A new event envelope (root agent: empty path, depth 0).
+    /// A new event envelope (root agent: empty path, depth 0), stored too unless a delta or a
+    /// heartbeat. For an event nobody streams, [`EventLog::record`] saves a copy.
+    #[must_use = "an event only stored is `record`ed: that moves it instead of copying it"]
     pub fn emit(&mut self, event_type: &str, data: Value) -> Value {
         self.emit_in(event_type, data, &[], 0)
     }
 
     /// A new event envelope of the agent at `agent_path` (roles from the root), `depth` deep.
+    #[must_use = "an event only stored is `record`ed: that moves it instead of copying it"]
     pub fn emit_in(
         &mut self,
         event_type: &str,
@@ -203,29 +206,65 @@ impl EventLog {
         agent_path: &[String],
         depth: u32,
     ) -> Value {
-        let id = uuid::Uuid::now_v7().to_string();
-        let timestamp = Timestamp::now();
-        let envelope = json!({
-            "id": id,
-            "timestamp": timestamp,
-            "requestId": self.request_id,
-            "type": event_type,
-            "agentPath": agent_path,
-            "depth": depth,
-            "data": data,
-        });
+        let (id, timestamp, envelope) = self.envelope(event_type, data, agent_path, depth);
         if !NOT_STORED.contains(&event_type) {
-            self.stored.push(StoredEvent {
-                id,
-                run_id: self.request_id.clone(),
-                seq: self.seq,
-                event_type: event_type.to_string(),
-                payload: envelope.clone(),
-                created_at: timestamp,
-            });
+            self.store(id, event_type, envelope.clone(), timestamp);
         }
         self.seq += 1;
         envelope
+    }
+
+    /// An event for the log only (no stream is listening): the envelope moves into the stored
+    /// list; a delta or heartbeat is only counted.
+    pub fn record(&mut self, event_type: &str, data: Value) {
+        self.record_in(event_type, data, &[], 0);
+    }
+
+    /// [`EventLog::record`] for the agent at `agent_path`, `depth` deep.
+    pub fn record_in(&mut self, event_type: &str, data: Value, agent_path: &[String], depth: u32) {
+        if !NOT_STORED.contains(&event_type) {
+            let (id, timestamp, envelope) = self.envelope(event_type, data, agent_path, depth);
+            self.store(id, event_type, envelope, timestamp);
+        }
+        self.seq += 1;
+    }
+
+    /// The envelope, built field by field so `data` is moved in (`json!` would copy it).
+    fn envelope(
+        &self,
+        event_type: &str,
+        data: Value,
+        agent_path: &[String],
+        depth: u32,
+    ) -> (String, Timestamp, Value) {
+        let id = uuid::Uuid::now_v7().to_string();
+        let timestamp = Timestamp::now();
+        let mut envelope = Map::with_capacity(7);
+        envelope.insert("id".into(), Value::String(id.clone()));
+        envelope.insert(
+            "timestamp".into(),
+            serde_json::to_value(timestamp).unwrap_or(Value::Null),
+        );
+        envelope.insert("requestId".into(), Value::String(self.request_id.clone()));
+        envelope.insert("type".into(), Value::String(event_type.to_string()));
+        envelope.insert(
+            "agentPath".into(),
+            Value::Array(agent_path.iter().cloned().map(Value::String).collect()),
+        );
+        envelope.insert("depth".into(), Value::from(depth));
+        envelope.insert("data".into(), data);
+        (id, timestamp, Value::Object(envelope))
+    }
+
+    fn store(&mut self, id: String, event_type: &str, envelope: Value, created_at: Timestamp) {
+        self.stored.push(StoredEvent {
+            id,
+            run_id: self.request_id.clone(),
+            seq: self.seq,
+            event_type: event_type.to_string(),
+            payload: envelope,
+            created_at,
+        });
     }
 
     pub fn take_stored(&mut self) -> Vec<StoredEvent> {
@@ -295,13 +334,13 @@ pub fn request_completed(
     })
 }
 
-/// `error` then `requestFailed`: the end of a request that produced nothing.
+/// `error` then `requestFailed`, for the log: the end of a request that produced nothing.
 pub fn emit_failure(events: &mut EventLog, code: &str, message: &str) {
-    events.emit(
+    events.record(
         "error",
         json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
     );
-    events.emit("requestFailed", json!({"code": code, "message": message}));
+    events.record("requestFailed", json!({"code": code, "message": message}));
 }
 
 #[cfg(test)]
@@ -341,8 +380,13 @@ mod tests {
         ] {
             assert!(started.get(field).is_some(), "{field}");
         }
-        log.emit("contentDelta", json!({"text": "x"}));
-        log.emit("requestCompleted", json!({}));
+        log.record("contentDelta", json!({"text": "x"}));
+        log.record_in(
+            "requestCompleted",
+            json!({"ok": true}),
+            &["critic".into()],
+            1,
+        );
         let stored = log.take_stored();
         assert_eq!(
             stored
@@ -352,5 +396,15 @@ mod tests {
             ["requestStarted", "requestCompleted"]
         );
         assert_eq!(stored[1].seq, 2);
+        // Recorded, not emitted: the same envelope as `emit_in` builds.
+        assert_eq!(stored[0].payload, started);
+        let completed = &stored[1].payload;
+        assert_eq!(completed["type"], "requestCompleted");
+        assert_eq!(completed["requestId"], "r1");
+        assert_eq!(completed["agentPath"], json!(["critic"]));
+        assert_eq!(completed["depth"], 1);
+        assert_eq!(completed["data"], json!({"ok": true}));
+        assert_eq!(completed["id"], json!(stored[1].id));
+        assert_eq!(completed["timestamp"], json!(stored[1].created_at));
     }
 }

@@ -150,8 +150,11 @@ impl EventStream {
 
     /// Emits an event; returns its envelope if the client's filter lets it through.
     fn emit(&mut self, event_type: &str, data: Value) -> Option<Value> {
-        let envelope = self.events.emit(event_type, data);
-        self.options.filter.allows(event_type).then_some(envelope)
+        if !self.options.filter.allows(event_type) {
+            self.events.record(event_type, data);
+            return None;
+        }
+        Some(self.events.emit(event_type, data))
     }
 
     fn usage_update(&mut self) -> Option<Value> {

@@ -174,10 +174,15 @@ impl SharedEvents {
 
     pub fn emit(&self, event_type: &str, data: Value) {
         let mut events = self.lock();
+        let streamed = events.live.is_some() && events.filter.allows(event_type);
+        if !streamed {
+            events
+                .log
+                .record_in(event_type, data, &self.path, self.depth);
+            return;
+        }
         let envelope = events.log.emit_in(event_type, data, &self.path, self.depth);
-        if let Some(live) = &events.live
-            && events.filter.allows(event_type)
-        {
+        if let Some(live) = &events.live {
             // A gone client must not stop the run: it is finished and logged anyway.
             let _ = live.send(envelope);
         }

@@ -285,10 +285,13 @@ impl Store {
                 created_at: Set(to_millis(e.timestamp)),
             })
             .collect();
-        run_log_entries::Entity::insert_many(rows)
-            .on_conflict_do_nothing()
-            .exec(self.conn())
-            .await?;
+        // A run's lines (up to 5,000) in statements SQLite's parameter bound always allows.
+        for chunk in crate::runs::chunks(rows) {
+            run_log_entries::Entity::insert_many(chunk)
+                .on_conflict_do_nothing()
+                .exec_without_returning(self.conn())
+                .await?;
+        }
         Ok(())
     }
 

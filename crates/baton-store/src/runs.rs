@@ -134,9 +134,83 @@ fn from_model(m: runs::Model) -> RunRecord {
     }
 }
 
+/// Most rows per `INSERT` statement. A batch is written in statements of at most this many
+/// rows, so no batch, however long its tool loops, reaches a bound on bound parameters: the
+/// widest table (`runs`, 43 columns) binds 5,504 at most, against SQLite's 32,766 and
+/// PostgreSQL's 65,535.
+pub const ROWS_PER_STATEMENT: usize = 128;
+
+/// `rows` in statements of 128, 64, ..., 2 or 1 rows (the largest that fits, each time). A
+/// statement is prepared once per row count and connection and then reused from the
+/// connection's statement cache: with any count up to the bound, nearly every batch prepared
+/// a new statement of thousands of parameters, which cost more than the round trips saved.
+pub(crate) fn chunks<T>(rows: Vec<T>) -> impl Iterator<Item = Vec<T>> {
+    let mut rows = rows.into_iter();
+    std::iter::from_fn(move || {
+        let left = rows.len();
+        if left == 0 {
+            return None;
+        }
+        let size = 1usize << left.min(ROWS_PER_STATEMENT).ilog2();
+        Some(rows.by_ref().take(size).collect())
+    })
+}
+
+/// Inserts runs, or replaces what a run written before can have changed.
+async fn upsert_runs(
+    txn: &sea_orm::DatabaseTransaction,
+    rows: Vec<runs::ActiveModel>,
+) -> StoreResult<()> {
+    for chunk in chunks(rows) {
+        upsert_statement(txn, chunk).await?;
+    }
+    Ok(())
+}
+
+async fn upsert_statement(
+    txn: &sea_orm::DatabaseTransaction,
+    rows: Vec<runs::ActiveModel>,
+) -> StoreResult<()> {
+    runs::Entity::insert_many(rows)
+        .on_conflict(
+            OnConflict::column(runs::Column::Id)
+                .update_columns([
+                    runs::Column::ServedModel,
+                    runs::Column::Provider,
+                    runs::Column::Status,
+                    runs::Column::FinishReason,
+                    runs::Column::TokensIn,
+                    runs::Column::TokensOut,
+                    runs::Column::ReasoningTokens,
+                    runs::Column::CachedTokens,
+                    runs::Column::WebSearchCalls,
+                    runs::Column::CostCredits,
+                    runs::Column::RawCostCredits,
+                    runs::Column::PricingUncertain,
+                    runs::Column::DurationMs,
+                    runs::Column::ResponseText,
+                    runs::Column::ErrorCode,
+                    runs::Column::ErrorMessage,
+                    runs::Column::FallbackUsed,
+                    runs::Column::WasCached,
+                    runs::Column::Attempts,
+                    runs::Column::ToolCalls,
+                    runs::Column::Warnings,
+                    runs::Column::CallbackOrigin,
+                    runs::Column::CancelledAt,
+                    runs::Column::CompletedAt,
+                ])
+                .to_owned(),
+        )
+        .exec_without_returning(txn)
+        .await?;
+    Ok(())
+}
+
 impl Store {
     /// Writes runs (insert, or replace a run written before) with their tags and events, in one
-    /// transaction. Customers named by external id are created on first use.
+    /// transaction, in multi-row statements of at most [`ROWS_PER_STATEMENT`] rows. Customers
+    /// named by external id are created on first use.
     pub async fn write_runs(
         &self,
         records: &[RunRecord],
@@ -175,82 +249,58 @@ impl Store {
                 .into_iter()
                 .collect()
         };
+        let mut rows: Vec<runs::ActiveModel> = Vec::with_capacity(records.len());
+        let mut ids: HashSet<&str> = HashSet::new();
+        let mut tags: Vec<run_tags::ActiveModel> = Vec::new();
         for record in records {
             let tenant = record.tenant.as_ref().ok_or_else(|| {
                 StoreError::Corrupt("run", format!("run {} has no tenant", record.id))
             })?;
+            // PostgreSQL refuses to update one row twice in one statement, and the later write
+            // of a run must win: a repeated id starts the next statement.
+            if ids.contains(record.id.as_str()) {
+                upsert_runs(&txn, std::mem::take(&mut rows)).await?;
+                ids.clear();
+            }
             let mut active = to_active(record, tenant.as_str());
             if let Some(external) = &record.customer_external_id
                 && let Some(id) = customers.get(&(tenant.as_str().to_string(), external.clone()))
             {
                 active.customer_id = Set(Some(id.clone()));
             }
-            runs::Entity::insert(active)
-                .on_conflict(
-                    OnConflict::column(runs::Column::Id)
-                        .update_columns([
-                            runs::Column::ServedModel,
-                            runs::Column::Provider,
-                            runs::Column::Status,
-                            runs::Column::FinishReason,
-                            runs::Column::TokensIn,
-                            runs::Column::TokensOut,
-                            runs::Column::ReasoningTokens,
-                            runs::Column::CachedTokens,
-                            runs::Column::WebSearchCalls,
-                            runs::Column::CostCredits,
-                            runs::Column::RawCostCredits,
-                            runs::Column::PricingUncertain,
-                            runs::Column::DurationMs,
-                            runs::Column::ResponseText,
-                            runs::Column::ErrorCode,
-                            runs::Column::ErrorMessage,
-                            runs::Column::FallbackUsed,
-                            runs::Column::WasCached,
-                            runs::Column::Attempts,
-                            runs::Column::ToolCalls,
-                            runs::Column::Warnings,
-                            runs::Column::CallbackOrigin,
-                            runs::Column::CancelledAt,
-                            runs::Column::CompletedAt,
-                        ])
-                        .to_owned(),
-                )
-                .exec(&txn)
-                .await?;
-            let tags: Vec<run_tags::ActiveModel> = record
-                .tags
-                .iter()
-                .map(|tag| run_tags::ActiveModel {
-                    run_id: Set(record.id.clone()),
-                    tag: Set(tag.clone()),
-                    tenant_id: Set(tenant.as_str().to_string()),
-                    created_at: Set(to_millis(record.created_at)),
-                })
-                .collect();
-            if !tags.is_empty() {
-                run_tags::Entity::insert_many(tags)
-                    .on_conflict_do_nothing_on([run_tags::Column::RunId, run_tags::Column::Tag])
-                    .exec(&txn)
-                    .await?;
-            }
+            rows.push(active);
+            ids.insert(record.id.as_str());
+            tags.extend(record.tags.iter().map(|tag| run_tags::ActiveModel {
+                run_id: Set(record.id.clone()),
+                tag: Set(tag.clone()),
+                tenant_id: Set(tenant.as_str().to_string()),
+                created_at: Set(to_millis(record.created_at)),
+            }));
         }
-        if !events.is_empty() {
-            let rows: Vec<run_events::ActiveModel> = events
-                .iter()
-                .map(|(tenant, e)| run_events::ActiveModel {
-                    id: Set(e.id.clone()),
-                    run_id: Set(e.run_id.clone()),
-                    tenant_id: Set(tenant.as_str().to_string()),
-                    seq: Set(i32::try_from(e.seq).unwrap_or(i32::MAX)),
-                    event_type: Set(e.event_type.clone()),
-                    payload: Set(json_text(&e.payload)),
-                    created_at: Set(to_millis(e.created_at)),
-                })
-                .collect();
-            run_events::Entity::insert_many(rows)
+        upsert_runs(&txn, rows).await?;
+        // Tags and events after every run row: they refer to their run.
+        for chunk in chunks(tags) {
+            run_tags::Entity::insert_many(chunk)
+                .on_conflict_do_nothing_on([run_tags::Column::RunId, run_tags::Column::Tag])
+                .exec_without_returning(&txn)
+                .await?;
+        }
+        let events: Vec<run_events::ActiveModel> = events
+            .iter()
+            .map(|(tenant, e)| run_events::ActiveModel {
+                id: Set(e.id.clone()),
+                run_id: Set(e.run_id.clone()),
+                tenant_id: Set(tenant.as_str().to_string()),
+                seq: Set(i32::try_from(e.seq).unwrap_or(i32::MAX)),
+                event_type: Set(e.event_type.clone()),
+                payload: Set(json_text(&e.payload)),
+                created_at: Set(to_millis(e.created_at)),
+            })
+            .collect();
+        for chunk in chunks(events) {
+            run_events::Entity::insert_many(chunk)
                 .on_conflict_do_nothing()
-                .exec(&txn)
+                .exec_without_returning(&txn)
                 .await?;
         }
         // Spend counts against budgets in the same transaction as the rows: never twice, never

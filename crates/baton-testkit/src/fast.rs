@@ -56,16 +56,7 @@ impl FastMock {
 
     /// Serves `router` (the fast mock's routes with others merged in) the same way.
     pub async fn serve(router: Router) -> std::io::Result<FastMock> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
-        // Without it, Nagle holds each stream chunk after the first until the client's delayed
-        // ACK (~40 ms on Linux), and streamed TTFT would measure that.
-        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-            let _ = tcp.set_nodelay(true);
-        });
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let address = crate::serve::serve_loopback(router).await?;
         Ok(FastMock { address })
     }
 

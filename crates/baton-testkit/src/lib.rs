@@ -14,6 +14,7 @@ pub mod gemini;
 pub mod mcp;
 pub mod mock;
 pub mod responses;
+mod serve;
 pub mod tool_host;
 pub mod webhook;
 

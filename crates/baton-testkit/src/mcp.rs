@@ -119,13 +119,9 @@ impl MockMcpServer {
     ) -> MockMcpServer {
         let shared = Shared::default();
         let router = mcp_router(shared.clone(), required, config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        let address = crate::serve::serve_loopback(router)
             .await
             .expect("bind a loopback port");
-        let address = listener.local_addr().expect("local address");
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
         MockMcpServer { address, shared }
     }
 }

@@ -211,11 +211,7 @@ impl MockProvider {
             .route("/model/{model}/converse", post(bedrock))
             .route("/model/{model}/converse-stream", post(bedrock_stream))
             .with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let address = crate::serve::serve_loopback(router).await?;
         Ok(MockProvider { address, shared })
     }
 

@@ -76,11 +76,7 @@ impl ToolHost {
     pub async fn start() -> std::io::Result<ToolHost> {
         let seen = Seen::default();
         let router = Router::new().fallback(handle).with_state(seen.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let address = crate::serve::serve_loopback(router).await?;
         Ok(ToolHost { address, seen })
     }
 

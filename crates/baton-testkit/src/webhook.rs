@@ -57,11 +57,7 @@ impl WebhookReceiver {
         let shared = Shared::default();
         shared.lock().fail_first = fail_first;
         let router = Router::new().fallback(receive).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let address = listener.local_addr()?;
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let address = crate::serve::serve_loopback(router).await?;
         Ok(WebhookReceiver { address, shared })
     }
 

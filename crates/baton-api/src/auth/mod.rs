@@ -124,9 +124,10 @@ impl Authenticator {
 
     async fn authenticate_key(&self, token: &str) -> Result<Principal, ApiError> {
         let hash = hash_key(token);
-        let cached = match self.keys.get(&hash).await {
-            Some(cached) => cached,
-            None => {
+        // Concurrent first requests with one key read it once; an unknown key is not cached.
+        let cached = self
+            .keys
+            .try_get_with_by_ref(hash.as_str(), async {
                 let owner = self
                     .store
                     .find_key_owner(&hash)
@@ -135,15 +136,14 @@ impl Authenticator {
                 if !hashes_equal(&owner.key_hash, &hash) {
                     return Err(invalid_credentials());
                 }
-                let cached = Arc::new(CachedKey {
+                Ok(Arc::new(CachedKey {
                     key_id: owner.key_id,
                     tenant: owner.tenant_id,
                     last_touch_ms: AtomicI64::new(0),
-                });
-                self.keys.insert(hash, cached.clone()).await;
-                cached
-            }
-        };
+                }))
+            })
+            .await
+            .map_err(Arc::unwrap_or_clone)?;
         self.touch_later(&cached);
         Ok(Principal {
             tenant: cached.tenant.clone(),

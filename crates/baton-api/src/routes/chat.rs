@@ -194,8 +194,8 @@ async fn serve_chat(
     // The events format emits as it goes; the other formats keep the lifecycle for the log.
     let mut events = EventLog::new(request_id.0.clone());
     if event_options.is_none() {
-        events.emit("requestStarted", call.request_started());
-        events.emit("agentInferenceStarted", call.inference_started());
+        events.record("requestStarted", call.request_started());
+        events.record("agentInferenceStarted", call.inference_started());
     }
 
     if !parsed.stream {
@@ -416,7 +416,7 @@ impl ChunkStream {
         match outcome {
             Ok(()) => finish_events(&mut self.events, &self.call, Ok((&partial, credits))),
             Err(err) if produced => {
-                self.events.emit("error", serde_json::json!({"code": err.code(), "message": err.to_string(), "agentRole": Value::Null, "recoverable": false}));
+                self.events.record("error", serde_json::json!({"code": err.code(), "message": err.to_string(), "agentRole": Value::Null, "recoverable": false}));
                 finish_events(&mut self.events, &self.call, Ok((&partial, credits)));
             }
             Err(err) => finish_events(&mut self.events, &self.call, Err(err)),
@@ -550,11 +550,11 @@ fn finish_events(
     let elapsed = events.elapsed_ms();
     match outcome {
         Ok((response, credits)) => {
-            events.emit(
+            events.record(
                 "agentInferenceCompleted",
                 call.inference_completed(response, credits, elapsed),
             );
-            events.emit(
+            events.record(
                 "requestCompleted",
                 request_completed(response, credits, elapsed),
             );
