@@ -701,6 +701,49 @@ async fn streams_are_logged_and_a_client_that_leaves_still_gets_its_partial_usag
     assert!(run.cost_credits > 0, "what was produced is billed");
 }
 
+/// OpenAI reports usage only in the stream's last chunk: a client that leaves before it is
+/// billed an estimate of what was streamed and of its prompt, flagged with a warning.
+#[tokio::test]
+async fn a_stream_left_before_its_usage_is_billed_an_estimate() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    mock.set_stream_chunking(16, std::time::Duration::from_millis(40));
+    mock.push(
+        Reply::text("a long answer that the client will not wait for, ".repeat(20))
+            .with_usage(50, 200),
+    );
+    let mut response = app
+        .client
+        .post(app.url("/api/v1/chat/completions"))
+        .bearer_auth(&key)
+        .json(&chat("openai/gpt-4o-mini", json!({"stream": true})))
+        .send()
+        .await
+        .unwrap();
+    let id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let mut received = String::new();
+    while !received.contains("\"content\":\"a l") {
+        received.push_str(&String::from_utf8_lossy(
+            &response.chunk().await.unwrap().unwrap(),
+        ));
+    }
+    drop(response);
+    let run = wait_for_run(&app, &id).await;
+    assert_eq!(run.error_code.as_deref(), Some("CLIENT_DISCONNECTED"));
+    // "be brief" + "Say hi": 14 characters, 4 tokens; the streamed part, at least one.
+    assert_eq!(run.usage.tokens_in, 4, "{:?}", run.usage);
+    assert!(run.usage.tokens_out >= 1, "{:?}", run.usage);
+    assert!(run.cost_credits > 0, "what was streamed is billed");
+    assert!(
+        run.warnings.iter().any(|w| w.code == "USAGE_ESTIMATED"),
+        "{:?}",
+        run.warnings
+    );
+}
+
 #[tokio::test]
 async fn direct_inference_in_the_service_format() {
     let (app, mock) = app_with_mock().await;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use baton_domain::chat::{InferenceResponse, Usage};
-use baton_domain::run::{Attempt, RunKind, RunRecord, RunStatus, StoredEvent};
+use baton_domain::run::{Attempt, RunKind, RunRecord, RunStatus, RunWarning, StoredEvent};
 use baton_domain::settings::TenantSettings;
 use baton_domain::{TenantId, Timestamp};
 use baton_ledger::{Cost, Price, price_inference};
@@ -83,6 +83,39 @@ impl Pricing {
             None => Cost::uncertain(),
         }
     }
+}
+
+/// The warning of a run whose usage was estimated (a stream cut before its usage arrived).
+pub const USAGE_ESTIMATED: &str = "USAGE_ESTIMATED";
+/// The usual rule of thumb for English text with the common tokenizers; an estimate for billing
+/// what was streamed, not a count.
+const CHARS_PER_TOKEN: usize = 4;
+
+fn estimated_tokens(chars: usize) -> u64 {
+    u64::try_from(chars.div_ceil(CHARS_PER_TOKEN)).unwrap_or(u64::MAX)
+}
+
+/// Characters of the text in a logged request's messages (chat: `messages`; flow runs:
+/// `request.messages`): the strings under `content` and `text` keys, so roles, ids and image
+/// data are not counted.
+fn prompt_chars(request: &Value) -> usize {
+    fn text(value: &Value) -> usize {
+        match value {
+            Value::Array(items) => items.iter().map(text).sum(),
+            Value::Object(map) => map
+                .iter()
+                .map(|(key, value)| match value {
+                    Value::String(s) if key == "content" || key == "text" => s.chars().count(),
+                    other => text(other),
+                })
+                .sum(),
+            _ => 0,
+        }
+    }
+    request
+        .get("messages")
+        .or_else(|| request.pointer("/request/messages"))
+        .map_or(0, text)
 }
 
 /// The code of a run whose request was dropped before it finished (the client closed the
@@ -277,7 +310,7 @@ impl RunLog {
     }
 
     /// A stream that ended early (client gone or upstream broken): what was produced is kept
-    /// and billed.
+    /// and billed, its usage estimated if the provider had reported none.
     pub fn finish_partial(
         &mut self,
         provider: &str,
@@ -287,10 +320,35 @@ impl RunLog {
         message: &str,
     ) {
         let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
+        // Most providers send usage only at the end of a stream: one cut short (the client
+        // left, the upstream broke) would bill nothing for what it streamed. Estimate instead.
+        let estimated = (produced && partial.usage.tokens_out == 0).then(|| {
+            let mut usage = partial.usage;
+            usage.tokens_out = estimated_tokens(
+                partial.text.chars().count()
+                    + partial
+                        .tool_calls
+                        .iter()
+                        .map(|c| c.name.chars().count() + c.arguments.chars().count())
+                        .sum::<usize>(),
+            );
+            if usage.tokens_in == 0 {
+                let prompt = self
+                    .record
+                    .as_ref()
+                    .and_then(|r| r.request.as_ref())
+                    .map_or(0, prompt_chars);
+                usage.tokens_in = estimated_tokens(prompt);
+            }
+            InferenceResponse {
+                usage,
+                ..partial.clone()
+            }
+        });
         self.settle(
             provider,
             model,
-            partial,
+            estimated.as_ref().unwrap_or(partial),
             if produced {
                 RunStatus::Succeeded
             } else {
@@ -300,6 +358,16 @@ impl RunLog {
         if let Some(record) = self.record.as_mut() {
             record.error_code = Some(code.to_string());
             record.error_message = Some(message.to_string());
+            if estimated.is_some() {
+                record.warnings.push(RunWarning {
+                    code: USAGE_ESTIMATED.into(),
+                    message: format!(
+                        "the stream ended before the provider reported usage; tokens are \
+                         estimated at {CHARS_PER_TOKEN} characters per token"
+                    ),
+                    parameter: None,
+                });
+            }
         }
     }
 
@@ -344,5 +412,25 @@ impl RunLog {
         if let Some(record) = self.record.as_mut() {
             record.request = Some(request);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_prompt_estimate_counts_message_text_only() {
+        let chat = json!({"model": "m", "messages": [
+            {"role": "system", "content": "12345678"},
+            {"role": "user", "content": [{"type": "text", "text": "abcd"},
+                                         {"type": "image_url", "image_url": {"url": "data:AAAA"}}]}]});
+        assert_eq!(prompt_chars(&chat), 12);
+        let flow =
+            json!({"flowId": "f", "request": {"messages": [{"role": "user", "content": "héllo"}]}});
+        assert_eq!(prompt_chars(&flow), 5);
+        assert_eq!(estimated_tokens(0), 0);
+        assert_eq!(estimated_tokens(5), 2);
     }
 }
