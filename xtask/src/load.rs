@@ -168,6 +168,12 @@ async fn run_one(
         procs::start_baton(&BatonSpec {
             invocation_log,
             cpus,
+            // The concurrent-streams phase measures the gateway, not the per-tenant abuse
+            // limit (100 open streams by default): every stream is the bench tenant's.
+            env: vec![(
+                "BATON_LIMITS__MAX_STREAMS_PER_TENANT".into(),
+                (ctx.options.concurrent_streams + 10).to_string(),
+            )],
             ..BatonSpec::new(bins, &dir.0, mock_addr, database_url)
         })
     };
