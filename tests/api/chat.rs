@@ -676,11 +676,19 @@ async fn streams_are_logged_and_a_client_that_leaves_still_gets_its_partial_usag
         Reply::text("a long answer that the client will not wait for, ".repeat(20))
             .with_usage(50, 200),
     );
+    let run = stream_and_leave(&app, &key, "anthropic/claude-haiku-4-5").await;
+    assert_eq!(run.error_code.as_deref(), Some("CLIENT_DISCONNECTED"));
+    assert_eq!(run.usage.tokens_in, 50, "the partial usage is kept");
+    assert!(run.cost_credits > 0, "what was produced is billed");
+}
+
+/// Streams a long answer from `model` and hangs up after its first bytes; the logged run.
+async fn stream_and_leave(app: &TestApp, key: &str, model: &str) -> baton_domain::run::RunRecord {
     let mut response = app
         .client
         .post(app.url("/api/v1/chat/completions"))
-        .bearer_auth(&key)
-        .json(&chat("anthropic/claude-haiku-4-5", json!({"stream": true})))
+        .bearer_auth(key)
+        .json(&chat(model, json!({"stream": true})))
         .send()
         .await
         .unwrap();
@@ -695,10 +703,7 @@ async fn streams_are_logged_and_a_client_that_leaves_still_gets_its_partial_usag
         ));
     }
     drop(response);
-    let run = wait_for_run(&app, &id).await;
-    assert_eq!(run.error_code.as_deref(), Some("CLIENT_DISCONNECTED"));
-    assert_eq!(run.usage.tokens_in, 50, "the partial usage is kept");
-    assert!(run.cost_credits > 0, "what was produced is billed");
+    wait_for_run(app, &id).await
 }
 
 /// OpenAI reports usage only in the stream's last chunk: a client that leaves before it is
@@ -712,26 +717,7 @@ async fn a_stream_left_before_its_usage_is_billed_an_estimate() {
         Reply::text("a long answer that the client will not wait for, ".repeat(20))
             .with_usage(50, 200),
     );
-    let mut response = app
-        .client
-        .post(app.url("/api/v1/chat/completions"))
-        .bearer_auth(&key)
-        .json(&chat("openai/gpt-4o-mini", json!({"stream": true})))
-        .send()
-        .await
-        .unwrap();
-    let id = response.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    let mut received = String::new();
-    while !received.contains("\"content\":\"a l") {
-        received.push_str(&String::from_utf8_lossy(
-            &response.chunk().await.unwrap().unwrap(),
-        ));
-    }
-    drop(response);
-    let run = wait_for_run(&app, &id).await;
+    let run = stream_and_leave(&app, &key, "openai/gpt-4o-mini").await;
     assert_eq!(run.error_code.as_deref(), Some("CLIENT_DISCONNECTED"));
     // "be brief" + "Say hi": 14 characters, 4 tokens; the streamed part, at least one.
     assert_eq!(run.usage.tokens_in, 4, "{:?}", run.usage);

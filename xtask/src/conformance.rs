@@ -15,7 +15,7 @@ use anyhow::{Context, bail, ensure};
 use serde_json::{Value, json};
 
 use crate::load::procs::{self, BatonSpec, TempDir};
-use crate::load::{target_dir, workspace_root};
+use crate::load::{driver, target_dir, workspace_root};
 
 /// The version the document was made clean with; a newer one may add checks.
 const SCHEMATHESIS_VERSION: &str = "4.32.5";
@@ -205,17 +205,7 @@ async fn seed(addr: &str) -> anyhow::Result<()> {
     let client = reqwest::Client::builder().no_proxy().build()?;
     let base = format!("http://{addr}/api/v1");
     let call = |method: reqwest::Method, path: String, body: Value| {
-        let request = client
-            .request(method, format!("{base}{path}"))
-            .bearer_auth(BOOTSTRAP_KEY)
-            .json(&body);
-        async move {
-            let response = request.send().await?;
-            let status = response.status();
-            let body: Value = response.json().await.unwrap_or(Value::Null);
-            ensure!(status.is_success(), "seeding {path}: {status}: {body}");
-            anyhow::Ok(body)
-        }
+        driver::api_call(&client, &base, BOOTSTRAP_KEY, "seeding", method, path, body)
     };
     use reqwest::Method;
     let environments = call(Method::GET, "/environments".into(), Value::Null).await?;

@@ -516,17 +516,7 @@ fn injected_failures(calls: u64) -> u64 {
 /// server, Agent), and three flows using them, all active in `production`.
 async fn setup(client: &reqwest::Client, base: &str, mock_addr: &str) -> anyhow::Result<Flows> {
     let call = |method: reqwest::Method, path: String, body: Value| {
-        let request = client
-            .request(method, format!("{base}{path}"))
-            .bearer_auth(KEY)
-            .json(&body);
-        async move {
-            let response = request.send().await?;
-            let status = response.status();
-            let body: Value = response.json().await.unwrap_or(Value::Null);
-            ensure!(status.is_success(), "setting up {path}: {status}: {body}");
-            anyhow::Ok(body)
-        }
+        driver::api_call(client, base, KEY, "setting up", method, path, body)
     };
     use reqwest::Method;
     let environments = call(Method::GET, "/environments".into(), Value::Null).await?;

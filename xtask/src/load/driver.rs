@@ -470,6 +470,29 @@ async fn count_log_rows(
     Ok(log_rows(client, baton_addr, key).await?.len() as u64)
 }
 
+/// One JSON call to Baton's API with `key`: the answer's body, or an error naming `what` was
+/// being done, the path, the status and the body.
+pub async fn api_call(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    what: &str,
+    method: reqwest::Method,
+    path: String,
+    body: Value,
+) -> anyhow::Result<Value> {
+    let response = client
+        .request(method, format!("{base}{path}"))
+        .bearer_auth(key)
+        .json(&body)
+        .send()
+        .await?;
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    ensure!(status.is_success(), "{what} {path}: {status}: {body}");
+    Ok(body)
+}
+
 /// Every row of Baton's invocation log (child runs included, as the API lists them), paged
 /// through `/api/v1/llm-logs`.
 pub async fn log_rows(
