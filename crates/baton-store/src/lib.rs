@@ -5,6 +5,7 @@
 //! another tenant's row is indistinguishable from a missing one. The exceptions are the
 //! authentication lookups (key hash, login email), which are what establish the tenant.
 
+mod bulk;
 mod entity;
 mod error;
 mod time;

@@ -286,7 +286,7 @@ impl Store {
             })
             .collect();
         // A run's lines (up to 5,000) in statements SQLite's parameter bound always allows.
-        for chunk in crate::runs::chunks(rows) {
+        for chunk in crate::bulk::chunks(rows) {
             run_log_entries::Entity::insert_many(chunk)
                 .on_conflict_do_nothing()
                 .exec_without_returning(self.conn())

@@ -1,20 +1,23 @@
 //! The invocation log: runs, their tags and stored events, written in batches by [`RunWriter`].
 
 use std::collections::{HashMap, HashSet};
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use baton_domain::chat::Usage;
 use baton_domain::logs::RunLogEntry;
-use baton_domain::run::{RunKind, RunRecord, RunStatus, StoredEvent};
+use baton_domain::run::{EventPayload, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
-use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, Condition, EntityTrait, PaginatorTrait, QueryFilter, QueryOrder, QuerySelect, Set,
+    ColumnTrait, Condition, EntityTrait, IdenStatic, Iterable, PaginatorTrait, QueryFilter,
+    QueryOrder, QuerySelect, Value,
 };
 
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::budgets::BudgetAlert;
+use crate::bulk::{BulkInsert, OnConflict};
 use crate::entity::{run_events, run_tags, runs};
 use crate::retention::TextSampling;
 use crate::time::{from_millis, to_millis};
@@ -28,54 +31,104 @@ fn json_text<T: serde::Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_else(|_| "null".to_string())
 }
 
-fn to_active(record: &RunRecord, tenant: &str) -> runs::ActiveModel {
-    runs::ActiveModel {
-        id: Set(record.id.clone()),
-        tenant_id: Set(tenant.to_string()),
-        root_id: Set(record.root_id.clone()),
-        parent_id: Set(record.parent_id.clone()),
-        depth: Set(i32::try_from(record.depth).unwrap_or(i32::MAX)),
-        agent_role: Set(record.agent_role.clone()),
-        kind: Set(record.kind.as_str().to_string()),
-        environment: Set(record.environment.clone()),
-        flow_name: Set(record.flow_name.clone()),
-        requested_model: Set(record.requested_model.clone()),
-        served_model: Set(record.served_model.clone()),
-        provider: Set(record.provider.clone()),
-        status: Set(record.status.as_str().to_string()),
-        finish_reason: Set(record.finish_reason.clone()),
-        tokens_in: Set(to_i64(record.usage.tokens_in)),
-        tokens_out: Set(to_i64(record.usage.tokens_out)),
-        reasoning_tokens: Set(to_i64(record.usage.reasoning_tokens)),
-        cached_tokens: Set(to_i64(record.usage.cached_tokens)),
-        web_search_calls: Set(to_i64(record.usage.web_search_calls)),
-        cost_credits: Set(record.cost_credits),
-        raw_cost_credits: Set(record.raw_cost_credits),
-        pricing_uncertain: Set(record.pricing_uncertain),
-        duration_ms: Set(to_i64(record.duration_ms)),
-        customer_id: Set(record.customer_id.clone()),
-        customer_external_id: Set(record.customer_external_id.clone()),
-        tags: Set(json_text(&record.tags)),
-        request_text: Set(record.request.as_ref().map(json_text)),
-        response_text: Set(record.response.as_ref().map(json_text)),
-        error_code: Set(record.error_code.clone()),
-        error_message: Set(record.error_message.clone()),
-        detail_dropped: Set(record.detail_dropped),
-        fallback_used: Set(record.fallback_used),
-        was_cached: Set(record.was_cached),
-        attempts: Set(json_text(&record.attempts)),
-        tool_calls: Set(json_text(&record.tool_calls)),
-        warnings: Set(json_text(&record.warnings)),
-        callback_origin: Set(record.callback_origin.clone()),
-        is_debug: Set(record.is_debug),
-        cancel_requested_at: Set(record.cancel_requested_at.map(to_millis)),
-        cancelled_at: Set(record.cancelled_at.map(to_millis)),
-        cancel_requested_by: Set(record.cancel_requested_by.clone()),
-        created_at: Set(to_millis(record.created_at)),
-        completed_at: Set(record.completed_at.map(to_millis)),
-        budget_holds: Set(json_text(&record.budget_holds)),
+/// Appends `record`'s row to `out`, one value per column in the entity's order (the order of
+/// [`RUN_INSERT`]'s columns). The `match` names every column: a column added to the entity
+/// does not compile until it is written here.
+fn push_run_row(
+    record: &RunRecord,
+    tenant: &str,
+    customer_id: Option<&String>,
+    out: &mut Vec<Value>,
+) {
+    use runs::Column as C;
+    for column in C::iter() {
+        out.push(match column {
+            C::Id => record.id.clone().into(),
+            C::TenantId => tenant.to_string().into(),
+            C::RootId => record.root_id.clone().into(),
+            C::ParentId => record.parent_id.clone().into(),
+            C::Depth => i32::try_from(record.depth).unwrap_or(i32::MAX).into(),
+            C::AgentRole => record.agent_role.clone().into(),
+            C::Kind => record.kind.as_str().to_string().into(),
+            C::Environment => record.environment.clone().into(),
+            C::FlowName => record.flow_name.clone().into(),
+            C::RequestedModel => record.requested_model.clone().into(),
+            C::ServedModel => record.served_model.clone().into(),
+            C::Provider => record.provider.clone().into(),
+            C::Status => record.status.as_str().to_string().into(),
+            C::FinishReason => record.finish_reason.clone().into(),
+            C::TokensIn => to_i64(record.usage.tokens_in).into(),
+            C::TokensOut => to_i64(record.usage.tokens_out).into(),
+            C::ReasoningTokens => to_i64(record.usage.reasoning_tokens).into(),
+            C::CachedTokens => to_i64(record.usage.cached_tokens).into(),
+            C::WebSearchCalls => to_i64(record.usage.web_search_calls).into(),
+            C::CostCredits => record.cost_credits.into(),
+            C::RawCostCredits => record.raw_cost_credits.into(),
+            C::PricingUncertain => record.pricing_uncertain.into(),
+            C::DurationMs => to_i64(record.duration_ms).into(),
+            C::CustomerId => customer_id.or(record.customer_id.as_ref()).cloned().into(),
+            C::CustomerExternalId => record.customer_external_id.clone().into(),
+            C::Tags => json_text(&record.tags).into(),
+            C::RequestText => record.request.as_ref().map(json_text).into(),
+            C::ResponseText => record.response.as_ref().map(json_text).into(),
+            C::ErrorCode => record.error_code.clone().into(),
+            C::ErrorMessage => record.error_message.clone().into(),
+            C::DetailDropped => record.detail_dropped.into(),
+            C::FallbackUsed => record.fallback_used.into(),
+            C::WasCached => record.was_cached.into(),
+            C::Attempts => json_text(&record.attempts).into(),
+            C::ToolCalls => json_text(&record.tool_calls).into(),
+            C::Warnings => json_text(&record.warnings).into(),
+            C::CallbackOrigin => record.callback_origin.clone().into(),
+            C::IsDebug => record.is_debug.into(),
+            C::CancelRequestedAt => record.cancel_requested_at.map(to_millis).into(),
+            C::CancelledAt => record.cancelled_at.map(to_millis).into(),
+            C::CancelRequestedBy => record.cancel_requested_by.clone().into(),
+            C::CreatedAt => to_millis(record.created_at).into(),
+            C::CompletedAt => record.completed_at.map(to_millis).into(),
+            C::BudgetHolds => json_text(&record.budget_holds).into(),
+        });
     }
 }
+
+/// Runs: inserted, or what a later write of the same run can change replaced.
+static RUN_INSERT: LazyLock<BulkInsert> = LazyLock::new(|| {
+    use runs::Column as C;
+    let updated = [
+        C::ServedModel,
+        C::Provider,
+        C::Status,
+        C::FinishReason,
+        C::TokensIn,
+        C::TokensOut,
+        C::ReasoningTokens,
+        C::CachedTokens,
+        C::WebSearchCalls,
+        C::CostCredits,
+        C::RawCostCredits,
+        C::PricingUncertain,
+        C::DurationMs,
+        C::ResponseText,
+        C::ErrorCode,
+        C::ErrorMessage,
+        C::FallbackUsed,
+        C::WasCached,
+        C::Attempts,
+        C::ToolCalls,
+        C::Warnings,
+        C::CallbackOrigin,
+        C::CancelledAt,
+        C::CompletedAt,
+    ];
+    BulkInsert::of::<runs::Entity>(OnConflict::Update {
+        key: C::Id.as_str(),
+        columns: updated.iter().map(|c| c.as_str()).collect(),
+    })
+});
+static TAG_INSERT: LazyLock<BulkInsert> =
+    LazyLock::new(|| BulkInsert::of::<run_tags::Entity>(OnConflict::IgnoreKey(&["run_id", "tag"])));
+static EVENT_INSERT: LazyLock<BulkInsert> =
+    LazyLock::new(|| BulkInsert::of::<run_events::Entity>(OnConflict::Ignore));
 
 fn from_model(m: runs::Model) -> RunRecord {
     let parse = |text: &Option<String>| text.as_deref().and_then(|t| serde_json::from_str(t).ok());
@@ -134,82 +187,9 @@ fn from_model(m: runs::Model) -> RunRecord {
     }
 }
 
-/// Most rows per `INSERT` statement. A batch is written in statements of at most this many
-/// rows, so no batch, however long its tool loops, reaches a bound on bound parameters: the
-/// widest table (`runs`, 43 columns) binds 5,504 at most, against SQLite's 32,766 and
-/// PostgreSQL's 65,535.
-pub const ROWS_PER_STATEMENT: usize = 128;
-
-/// `rows` in statements of 128, 64, ..., 2 or 1 rows (the largest that fits, each time). A
-/// statement is prepared once per row count and connection and then reused from the
-/// connection's statement cache: with any count up to the bound, nearly every batch prepared
-/// a new statement of thousands of parameters, which cost more than the round trips saved.
-pub(crate) fn chunks<T>(rows: Vec<T>) -> impl Iterator<Item = Vec<T>> {
-    let mut rows = rows.into_iter();
-    std::iter::from_fn(move || {
-        let left = rows.len();
-        if left == 0 {
-            return None;
-        }
-        let size = 1usize << left.min(ROWS_PER_STATEMENT).ilog2();
-        Some(rows.by_ref().take(size).collect())
-    })
-}
-
-/// Inserts runs, or replaces what a run written before can have changed.
-async fn upsert_runs(
-    txn: &sea_orm::DatabaseTransaction,
-    rows: Vec<runs::ActiveModel>,
-) -> StoreResult<()> {
-    for chunk in chunks(rows) {
-        upsert_statement(txn, chunk).await?;
-    }
-    Ok(())
-}
-
-async fn upsert_statement(
-    txn: &sea_orm::DatabaseTransaction,
-    rows: Vec<runs::ActiveModel>,
-) -> StoreResult<()> {
-    runs::Entity::insert_many(rows)
-        .on_conflict(
-            OnConflict::column(runs::Column::Id)
-                .update_columns([
-                    runs::Column::ServedModel,
-                    runs::Column::Provider,
-                    runs::Column::Status,
-                    runs::Column::FinishReason,
-                    runs::Column::TokensIn,
-                    runs::Column::TokensOut,
-                    runs::Column::ReasoningTokens,
-                    runs::Column::CachedTokens,
-                    runs::Column::WebSearchCalls,
-                    runs::Column::CostCredits,
-                    runs::Column::RawCostCredits,
-                    runs::Column::PricingUncertain,
-                    runs::Column::DurationMs,
-                    runs::Column::ResponseText,
-                    runs::Column::ErrorCode,
-                    runs::Column::ErrorMessage,
-                    runs::Column::FallbackUsed,
-                    runs::Column::WasCached,
-                    runs::Column::Attempts,
-                    runs::Column::ToolCalls,
-                    runs::Column::Warnings,
-                    runs::Column::CallbackOrigin,
-                    runs::Column::CancelledAt,
-                    runs::Column::CompletedAt,
-                ])
-                .to_owned(),
-        )
-        .exec_without_returning(txn)
-        .await?;
-    Ok(())
-}
-
 impl Store {
     /// Writes runs (insert, or replace a run written before) with their tags and events, in one
-    /// transaction, in multi-row statements of at most [`ROWS_PER_STATEMENT`] rows. Customers
+    /// transaction, in multi-row statements of at most [`crate::bulk::ROWS_PER_STATEMENT`] rows. Customers
     /// named by external id are created on first use.
     pub async fn write_runs(
         &self,
@@ -249,9 +229,9 @@ impl Store {
                 .into_iter()
                 .collect()
         };
-        let mut rows: Vec<runs::ActiveModel> = Vec::with_capacity(records.len());
+        let mut rows: Vec<Value> = Vec::with_capacity(records.len() * RUN_INSERT.width());
         let mut ids: HashSet<&str> = HashSet::new();
-        let mut tags: Vec<run_tags::ActiveModel> = Vec::new();
+        let mut tags: Vec<Value> = Vec::new();
         for record in records {
             let tenant = record.tenant.as_ref().ok_or_else(|| {
                 StoreError::Corrupt("run", format!("run {} has no tenant", record.id))
@@ -259,50 +239,43 @@ impl Store {
             // PostgreSQL refuses to update one row twice in one statement, and the later write
             // of a run must win: a repeated id starts the next statement.
             if ids.contains(record.id.as_str()) {
-                upsert_runs(&txn, std::mem::take(&mut rows)).await?;
+                RUN_INSERT.insert(&txn, std::mem::take(&mut rows)).await?;
                 ids.clear();
             }
-            let mut active = to_active(record, tenant.as_str());
-            if let Some(external) = &record.customer_external_id
-                && let Some(id) = customers.get(&(tenant.as_str().to_string(), external.clone()))
-            {
-                active.customer_id = Set(Some(id.clone()));
-            }
-            rows.push(active);
+            let customer_id = record.customer_external_id.as_ref().and_then(|external| {
+                customers.get(&(tenant.as_str().to_string(), external.clone()))
+            });
+            push_run_row(record, tenant.as_str(), customer_id, &mut rows);
             ids.insert(record.id.as_str());
-            tags.extend(record.tags.iter().map(|tag| run_tags::ActiveModel {
-                run_id: Set(record.id.clone()),
-                tag: Set(tag.clone()),
-                tenant_id: Set(tenant.as_str().to_string()),
-                created_at: Set(to_millis(record.created_at)),
-            }));
+            for tag in &record.tags {
+                for column in run_tags::Column::iter() {
+                    tags.push(match column {
+                        run_tags::Column::RunId => record.id.clone().into(),
+                        run_tags::Column::Tag => tag.clone().into(),
+                        run_tags::Column::TenantId => tenant.as_str().to_string().into(),
+                        run_tags::Column::CreatedAt => to_millis(record.created_at).into(),
+                    });
+                }
+            }
         }
-        upsert_runs(&txn, rows).await?;
+        RUN_INSERT.insert(&txn, rows).await?;
         // Tags and events after every run row: they refer to their run.
-        for chunk in chunks(tags) {
-            run_tags::Entity::insert_many(chunk)
-                .on_conflict_do_nothing_on([run_tags::Column::RunId, run_tags::Column::Tag])
-                .exec_without_returning(&txn)
-                .await?;
+        TAG_INSERT.insert(&txn, tags).await?;
+        let mut event_rows: Vec<Value> = Vec::with_capacity(events.len() * EVENT_INSERT.width());
+        for (tenant, event) in events {
+            for column in run_events::Column::iter() {
+                event_rows.push(match column {
+                    run_events::Column::Id => event.id.clone().into(),
+                    run_events::Column::RunId => event.run_id.clone().into(),
+                    run_events::Column::TenantId => tenant.as_str().to_string().into(),
+                    run_events::Column::Seq => i32::try_from(event.seq).unwrap_or(i32::MAX).into(),
+                    run_events::Column::EventType => event.event_type.clone().into(),
+                    run_events::Column::Payload => event.payload.as_str().to_string().into(),
+                    run_events::Column::CreatedAt => to_millis(event.created_at).into(),
+                });
+            }
         }
-        let events: Vec<run_events::ActiveModel> = events
-            .iter()
-            .map(|(tenant, e)| run_events::ActiveModel {
-                id: Set(e.id.clone()),
-                run_id: Set(e.run_id.clone()),
-                tenant_id: Set(tenant.as_str().to_string()),
-                seq: Set(i32::try_from(e.seq).unwrap_or(i32::MAX)),
-                event_type: Set(e.event_type.clone()),
-                payload: Set(json_text(&e.payload)),
-                created_at: Set(to_millis(e.created_at)),
-            })
-            .collect();
-        for chunk in chunks(events) {
-            run_events::Entity::insert_many(chunk)
-                .on_conflict_do_nothing()
-                .exec_without_returning(&txn)
-                .await?;
-        }
+        EVENT_INSERT.insert(&txn, event_rows).await?;
         // Spend counts against budgets in the same transaction as the rows: never twice, never
         // lost.
         let alerts = self.charge_budgets(&txn, records, &settled).await?;
@@ -427,7 +400,9 @@ impl Store {
                 run_id: m.run_id,
                 seq: u32::try_from(m.seq).unwrap_or(0),
                 event_type: m.event_type,
-                payload: serde_json::from_str(&m.payload).unwrap_or_default(),
+                // Written by this crate as JSON; a row that is not reads as `null`.
+                payload: EventPayload::from_text(m.payload)
+                    .unwrap_or_else(|_| EventPayload::of(&serde_json::Value::Null)),
                 created_at: from_millis(m.created_at),
             })
             .collect())
