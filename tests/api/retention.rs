@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use baton_domain::run::{RunKind, RunRecord, RunStatus, StoredEvent};
+use baton_domain::run::{EventPayload, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use baton_testkit::Reply;
 use serde_json::{Value, json};
@@ -100,8 +100,10 @@ fn completed_event(run: &RunRecord) -> (TenantId, StoredEvent) {
             run_id: run.id.clone(),
             seq: 0,
             event_type: "requestCompleted".into(),
-            payload: json!({"type": "requestCompleted", "data": {"totalCreditsUsed": 123,
+            payload: EventPayload::of(
+                &json!({"type": "requestCompleted", "data": {"totalCreditsUsed": 123,
                             "result": {"textResponse": "old answer"}}}),
+            ),
             created_at: run.created_at,
         },
     )
@@ -140,12 +142,15 @@ async fn assert_stripped(app: &TestApp, tenant: &TenantId, runs: &[RunRecord]) {
         let events = app.store.run_events(tenant, &run.id).await.unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(
-            events[0].payload["data"]["result"].is_null(),
+            events[0].payload.to_value()["data"]["result"].is_null(),
             expect_stripped,
             "{:?}",
             events[0].payload
         );
-        assert_eq!(events[0].payload["data"]["totalCreditsUsed"], 123);
+        assert_eq!(
+            events[0].payload.to_value()["data"]["totalCreditsUsed"],
+            123
+        );
     }
 }
 

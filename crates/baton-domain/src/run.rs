@@ -225,6 +225,44 @@ pub struct StoredEvent {
     pub run_id: String,
     pub seq: u32,
     pub event_type: String,
-    pub payload: Value,
+    pub payload: EventPayload,
     pub created_at: Timestamp,
+}
+
+/// A stored event's envelope as JSON text, serialised once when the event happens: the log
+/// writer stores the text as it is and `/llm-logs/{id}/events` sends it as it is, with no
+/// `Value` tree built, copied or dropped in between.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EventPayload(Box<serde_json::value::RawValue>);
+
+impl EventPayload {
+    /// The envelope `value` serialises to (`null` if it cannot be serialised, which a JSON
+    /// object built by this crate's callers never is).
+    pub fn of<T: Serialize + ?Sized>(value: &T) -> Self {
+        EventPayload(
+            serde_json::value::to_raw_value(value)
+                .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned()),
+        )
+    }
+
+    /// Stored text, checked to be JSON.
+    pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
+        serde_json::value::RawValue::from_string(text).map(EventPayload)
+    }
+
+    pub fn as_str(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The envelope parsed, for the few readers that look inside.
+    pub fn to_value(&self) -> Value {
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for EventPayload {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
 }

@@ -85,7 +85,11 @@ fn emit(c: &mut Criterion) {
         b.iter_batched_ref(
             fresh_log,
             |log| {
-                let data = call.inference_completed(&response, Credits(4_812), 1_234);
+                let data = baton_executor::events::data_value(&call.inference_completed(
+                    &response,
+                    Credits(4_812),
+                    1_234,
+                ));
                 let envelope = log.emit_in("agentInferenceCompleted", data, &agent_path, 2);
                 serialise(&envelope)
             },

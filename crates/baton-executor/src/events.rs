@@ -6,8 +6,9 @@ use std::time::{Duration, Instant};
 use baton_domain::Timestamp;
 use baton_domain::chat::InferenceResponse;
 use baton_domain::credits::Credits;
-use baton_domain::run::StoredEvent;
+use baton_domain::run::{EventPayload, StoredEvent};
 use baton_providers::routing::ChainModel;
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::ExecutorError;
@@ -208,7 +209,7 @@ impl EventLog {
     ) -> Value {
         let (id, timestamp, envelope) = self.envelope(event_type, data, agent_path, depth);
         if !NOT_STORED.contains(&event_type) {
-            self.store(id, event_type, envelope.clone(), timestamp);
+            self.store(id, event_type, EventPayload::of(&envelope), timestamp);
         }
         self.seq += 1;
         envelope
@@ -216,15 +217,32 @@ impl EventLog {
 
     /// An event for the log only (no stream is listening): the envelope moves into the stored
     /// list; a delta or heartbeat is only counted.
-    pub fn record(&mut self, event_type: &str, data: Value) {
+    pub fn record<D: Serialize>(&mut self, event_type: &str, data: D) {
         self.record_in(event_type, data, &[], 0);
     }
 
     /// [`EventLog::record`] for the agent at `agent_path`, `depth` deep.
-    pub fn record_in(&mut self, event_type: &str, data: Value, agent_path: &[String], depth: u32) {
+    pub fn record_in<D: Serialize>(
+        &mut self,
+        event_type: &str,
+        data: D,
+        agent_path: &[String],
+        depth: u32,
+    ) {
         if !NOT_STORED.contains(&event_type) {
-            let (id, timestamp, envelope) = self.envelope(event_type, data, agent_path, depth);
-            self.store(id, event_type, envelope, timestamp);
+            // Serialised once, here, from borrowed parts: no envelope tree is built for the log.
+            let id = uuid::Uuid::now_v7().to_string();
+            let timestamp = Timestamp::now();
+            let payload = EventPayload::of(&StoredEnvelope {
+                id: &id,
+                timestamp,
+                request_id: &self.request_id,
+                event_type,
+                agent_path,
+                depth,
+                data: &data,
+            });
+            self.store(id, event_type, payload, timestamp);
         }
         self.seq += 1;
     }
@@ -256,7 +274,13 @@ impl EventLog {
         (id, timestamp, Value::Object(envelope))
     }
 
-    fn store(&mut self, id: String, event_type: &str, envelope: Value, created_at: Timestamp) {
+    fn store(
+        &mut self,
+        id: String,
+        event_type: &str,
+        envelope: EventPayload,
+        created_at: Timestamp,
+    ) {
         self.stored.push(StoredEvent {
             id,
             run_id: self.request_id.clone(),
@@ -270,6 +294,20 @@ impl EventLog {
     pub fn take_stored(&mut self) -> Vec<StoredEvent> {
         std::mem::take(&mut self.stored)
     }
+}
+
+/// The envelope [`EventLog::envelope`] builds, as borrowed parts (SPEC.md "Events" field order).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredEnvelope<'a, D> {
+    id: &'a str,
+    timestamp: Timestamp,
+    request_id: &'a str,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    agent_path: &'a [String],
+    depth: u32,
+    data: &'a D,
 }
 
 /// The one model call of a chat or inference request, as its events describe it.
@@ -293,14 +331,25 @@ impl CallInfo {
         self.was_cached = was_cached;
     }
 
-    pub fn request_started(&self) -> Value {
-        json!({"flowName": Value::Null, "contextId": Value::Null, "model": self.requested_model,
-               "hasTools": self.tool_count > 0, "toolCount": self.tool_count})
+    pub fn request_started(&self) -> RequestStarted<'_> {
+        RequestStarted {
+            flow_name: None,
+            context_id: None,
+            model: &self.requested_model,
+            has_tools: self.tool_count > 0,
+            tool_count: self.tool_count,
+        }
     }
 
-    pub fn inference_started(&self) -> Value {
-        json!({"inferenceRequestId": self.inference_id, "model": self.model, "provider": self.provider_key,
-               "messageCount": self.message_count, "hasTools": self.tool_count > 0, "toolCount": self.tool_count})
+    pub fn inference_started(&self) -> InferenceStarted<'_> {
+        InferenceStarted {
+            inference_request_id: &self.inference_id,
+            model: &self.model,
+            provider: &self.provider_key,
+            message_count: self.message_count,
+            has_tools: self.tool_count > 0,
+            tool_count: self.tool_count,
+        }
     }
 
     pub fn inference_completed(
@@ -308,16 +357,94 @@ impl CallInfo {
         response: &InferenceResponse,
         credits: Credits,
         duration_ms: u64,
-    ) -> Value {
-        json!({
-            "inferenceRequestId": self.inference_id, "model": self.model, "provider": self.provider_key,
-            "durationMs": duration_ms,
-            "usage": {"tokensIn": response.usage.tokens_in, "tokensOut": response.usage.tokens_out,
-                      "reasoningTokens": response.usage.reasoning_tokens, "costCredits": credits.0, "costUsd": credits.to_usd()},
-            "finishReason": response.finish_reason.as_openai(), "toolCallCount": response.tool_calls.len(),
-            "wasCached": self.was_cached, "wasFallback": self.was_fallback,
-        })
+    ) -> InferenceCompleted<'_> {
+        InferenceCompleted {
+            inference_request_id: &self.inference_id,
+            model: &self.model,
+            provider: &self.provider_key,
+            duration_ms,
+            usage: InferenceUsage {
+                tokens_in: response.usage.tokens_in,
+                tokens_out: response.usage.tokens_out,
+                reasoning_tokens: response.usage.reasoning_tokens,
+                cost_credits: credits.0,
+                cost_usd: credits.to_usd(),
+            },
+            finish_reason: response.finish_reason.as_openai(),
+            tool_call_count: response.tool_calls.len(),
+            was_cached: self.was_cached,
+            was_fallback: self.was_fallback,
+        }
     }
+}
+
+// The data of a one-call request's lifecycle events (SPEC.md "Events"), as structs: serialised
+// straight into the stored envelope, with no `Value` tree built and dropped per event.
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestStarted<'a> {
+    flow_name: Option<&'a str>,
+    context_id: Option<&'a str>,
+    model: &'a str,
+    has_tools: bool,
+    tool_count: usize,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceStarted<'a> {
+    inference_request_id: &'a str,
+    model: &'a str,
+    provider: &'a str,
+    message_count: usize,
+    has_tools: bool,
+    tool_count: usize,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceCompleted<'a> {
+    inference_request_id: &'a str,
+    model: &'a str,
+    provider: &'a str,
+    duration_ms: u64,
+    usage: InferenceUsage,
+    finish_reason: &'a str,
+    tool_call_count: usize,
+    was_cached: bool,
+    was_fallback: bool,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InferenceUsage {
+    tokens_in: u64,
+    tokens_out: u64,
+    reasoning_tokens: u64,
+    cost_credits: i64,
+    cost_usd: f64,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RequestCompleted<'a> {
+    duration_ms: u64,
+    total_credits_used: i64,
+    total_cost_usd: f64,
+    total_tokens_in: u64,
+    total_tokens_out: u64,
+    total_inference_count: u32,
+    total_tool_calls: usize,
+    total_agent_spawns: u32,
+    max_depth_reached: u32,
+    result: TextResult<'a>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TextResult<'a> {
+    text_response: &'a str,
 }
 
 /// `requestCompleted` of a request made of one model call.
@@ -325,13 +452,26 @@ pub fn request_completed(
     response: &InferenceResponse,
     credits: Credits,
     duration_ms: u64,
-) -> Value {
-    json!({
-        "durationMs": duration_ms, "totalCreditsUsed": credits.0, "totalCostUsd": credits.to_usd(),
-        "totalTokensIn": response.usage.tokens_in, "totalTokensOut": response.usage.tokens_out,
-        "totalInferenceCount": 1, "totalToolCalls": response.tool_calls.len(), "totalAgentSpawns": 0,
-        "maxDepthReached": 0, "result": {"textResponse": response.text},
-    })
+) -> RequestCompleted<'_> {
+    RequestCompleted {
+        duration_ms,
+        total_credits_used: credits.0,
+        total_cost_usd: credits.to_usd(),
+        total_tokens_in: response.usage.tokens_in,
+        total_tokens_out: response.usage.tokens_out,
+        total_inference_count: 1,
+        total_tool_calls: response.tool_calls.len(),
+        total_agent_spawns: 0,
+        max_depth_reached: 0,
+        result: TextResult {
+            text_response: &response.text,
+        },
+    }
+}
+
+/// The data of an event as a `Value`, for the streamed envelopes [`EventLog::emit`] builds.
+pub fn data_value<D: Serialize>(data: &D) -> Value {
+    serde_json::to_value(data).unwrap_or(Value::Null)
 }
 
 /// `error` then `requestFailed`, for the log: the end of a request that produced nothing.
@@ -397,8 +537,8 @@ mod tests {
         );
         assert_eq!(stored[1].seq, 2);
         // Recorded, not emitted: the same envelope as `emit_in` builds.
-        assert_eq!(stored[0].payload, started);
-        let completed = &stored[1].payload;
+        assert_eq!(stored[0].payload.to_value(), started);
+        let completed = &stored[1].payload.to_value();
         assert_eq!(completed["type"], "requestCompleted");
         assert_eq!(completed["requestId"], "r1");
         assert_eq!(completed["agentPath"], json!(["critic"]));

@@ -16,7 +16,7 @@ use tokio::time::{Interval, interval_at};
 
 use crate::cache::CacheFill;
 use crate::error::ExecutorError;
-use crate::events::{CallInfo, EventLog, EventOptions, request_completed};
+use crate::events::{CallInfo, EventLog, EventOptions, data_value, request_completed};
 use crate::runlog::{Pricing, RunLog};
 
 /// A streamed answer is checked against the requested schema once complete. The text is already
@@ -175,16 +175,22 @@ impl EventStream {
         let credits = self.cost(&response.usage);
         let duration_ms =
             u64::try_from(self.inference_started.elapsed().as_millis()).unwrap_or(u64::MAX);
-        let data = self
-            .call
-            .inference_completed(&response, credits, duration_ms);
+        let data = data_value(
+            &self
+                .call
+                .inference_completed(&response, credits, duration_ms),
+        );
         self.emit("agentInferenceCompleted", data)
     }
 
     fn request_completed(&mut self) -> Option<Value> {
         let response = self.accumulator.snapshot();
         let credits = self.cost(&response.usage);
-        let data = request_completed(&response, credits, self.events.elapsed_ms());
+        let data = data_value(&request_completed(
+            &response,
+            credits,
+            self.events.elapsed_ms(),
+        ));
         self.emit("requestCompleted", data)
     }
 }
@@ -243,7 +249,10 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
         match s.phase {
             Phase::Start => {
                 s.phase = Phase::Relay;
-                let (started, inference) = (s.call.request_started(), s.call.inference_started());
+                let (started, inference) = (
+                    data_value(&s.call.request_started()),
+                    data_value(&s.call.inference_started()),
+                );
                 batch.push(s.emit("requestStarted", started));
                 batch.push(s.emit("agentInferenceStarted", inference));
             }

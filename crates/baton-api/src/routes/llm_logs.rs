@@ -11,7 +11,7 @@ use baton_domain::Timestamp;
 use baton_domain::logs::{
     DEFAULT_PAGE_SIZE, LogFilter, LogPosition, MAX_PAGE_SIZE, RunLogEntry, RunSummary,
 };
-use baton_domain::run::{RunRecord, RunStatus, RunWarning, ToolCallRecord};
+use baton_domain::run::{EventPayload, RunRecord, RunStatus, RunWarning, ToolCallRecord};
 use baton_domain::{TenantId, credits::Credits};
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
@@ -513,14 +513,16 @@ async fn events_of(
         .map(|run| run.agent_role.clone().unwrap_or_default())
         .collect();
     let under = |event: &baton_domain::run::StoredEvent| {
-        let Some(agent_path) = event.payload.get("agentPath").and_then(Value::as_array) else {
+        #[derive(serde::Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Placed {
+            agent_path: Vec<String>,
+        }
+        let Ok(Placed { agent_path }) = serde_json::from_str::<Placed>(event.payload.as_str())
+        else {
             return false;
         };
-        agent_path.len() >= path.len()
-            && agent_path
-                .iter()
-                .zip(&path)
-                .all(|(a, b)| a.as_str() == Some(b.as_str()))
+        agent_path.len() >= path.len() && agent_path.iter().zip(&path).all(|(a, b)| a == b)
     };
     Ok(state
         .store
@@ -577,7 +579,7 @@ pub async fn get_llm_log_events(
     principal: Principal,
     PathParam(id): PathParam,
     Query(pairs): Query<Pairs>,
-) -> ApiResult<axum::Json<Vec<Value>>> {
+) -> ApiResult<axum::Json<Vec<EventPayload>>> {
     let filter = parse_types(pairs)?;
     let events = events_of(&state, &principal.tenant, &id).await?;
     Ok(axum::Json(
