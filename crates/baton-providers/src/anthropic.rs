@@ -27,7 +27,8 @@ const STRUCTURED_TOOL: &str = "structured_output";
 
 pub struct AnthropicProvider {
     key: String,
-    base_url: String,
+    /// `{base_url}/v1/messages`.
+    messages_url: http::FixedUrl,
     api_key: SecretString,
     client: reqwest::Client,
     timeout: Option<Duration>,
@@ -41,9 +42,10 @@ impl AnthropicProvider {
         client: reqwest::Client,
         timeout: Option<Duration>,
     ) -> Self {
+        let base_url = base_url.into().trim_end_matches('/').to_string();
         Self {
             key: key.into(),
-            base_url: base_url.into().trim_end_matches('/').to_string(),
+            messages_url: http::FixedUrl::new(format!("{base_url}/v1/messages")),
             api_key,
             client,
             timeout,
@@ -51,8 +53,8 @@ impl AnthropicProvider {
     }
 
     fn request(&self, body: &MessagesRequest) -> reqwest::RequestBuilder {
-        self.client
-            .post(format!("{}/v1/messages", self.base_url))
+        self.messages_url
+            .post(&self.client)
             .header("x-api-key", self.api_key.expose_secret())
             .header("anthropic-version", API_VERSION)
             .json(body)

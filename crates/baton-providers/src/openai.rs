@@ -35,6 +35,8 @@ pub struct OpenAiProvider {
     key: String,
     flavor: Flavor,
     base_url: String,
+    /// `{base_url}/chat/completions` (every flavor but Azure, whose URL names the model).
+    chat_url: http::FixedUrl,
     api_key: Option<SecretString>,
     client: reqwest::Client,
     timeout: Option<Duration>,
@@ -53,6 +55,7 @@ impl OpenAiProvider {
         Self {
             key: key.into(),
             flavor,
+            chat_url: http::FixedUrl::new(format!("{base_url}/chat/completions")),
             base_url,
             api_key,
             client,
@@ -60,19 +63,19 @@ impl OpenAiProvider {
         }
     }
 
-    fn endpoint(&self, model: &str) -> String {
+    fn post(&self, model: &str) -> reqwest::RequestBuilder {
         match &self.flavor {
-            Flavor::Azure { api_version } => format!(
+            Flavor::Azure { api_version } => self.client.post(format!(
                 "{}/openai/deployments/{}/chat/completions?api-version={api_version}",
                 self.base_url,
                 url::form_urlencoded::byte_serialize(model.as_bytes()).collect::<String>()
-            ),
-            _ => format!("{}/chat/completions", self.base_url),
+            )),
+            _ => self.chat_url.post(&self.client),
         }
     }
 
     fn request(&self, model: &str, body: &ChatRequest<'_>) -> reqwest::RequestBuilder {
-        let mut builder = self.client.post(self.endpoint(model)).json(body);
+        let mut builder = self.post(model).json(body);
         if let Some(key) = &self.api_key {
             builder = match self.flavor {
                 Flavor::Azure { .. } => builder.header("api-key", key.expose_secret()),
