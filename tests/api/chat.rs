@@ -552,9 +552,12 @@ async fn every_call_is_logged_with_usage_cost_customer_and_tags() {
     assert_eq!(run.customer_external_id.as_deref(), Some("cust-42"));
     assert!(run.customer_id.is_some());
     assert_eq!(run.tags, ["Team:search", "Feature:chat"]);
-    assert_eq!(run.response.as_ref().unwrap()["text"], "logged answer");
     assert_eq!(
-        run.request.as_ref().unwrap()["messages"][1]["content"][0]["text"],
+        run.response.as_ref().unwrap().to_value()["text"],
+        "logged answer"
+    );
+    assert_eq!(
+        run.request.as_ref().unwrap().to_value()["messages"][1]["content"][0]["text"],
         "Say hi"
     );
     // The lifecycle is stored whatever the format.
@@ -666,7 +669,7 @@ async fn streams_are_logged_and_a_client_that_leaves_still_gets_its_partial_usag
     assert_eq!(run.status, baton_domain::run::RunStatus::Succeeded);
     assert_eq!((run.usage.tokens_in, run.usage.tokens_out), (30, 6));
     assert_eq!(
-        run.response.as_ref().unwrap()["text"],
+        run.response.as_ref().unwrap().to_value()["text"],
         "streamed and logged"
     );
 

@@ -1041,7 +1041,7 @@ async fn a_batch_longer_than_one_statement_is_written_whole() {
                         run_id: r.id.clone(),
                         seq,
                         event_type: "toolCompleted".into(),
-                        payload: baton_domain::run::EventPayload::of(&json!({"seq": seq})),
+                        payload: baton_domain::run::RawJson::of(&json!({"seq": seq})),
                         created_at: r.created_at,
                     },
                 )

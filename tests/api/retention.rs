@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use baton_domain::run::{EventPayload, RunKind, RunRecord, RunStatus, StoredEvent};
+use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use baton_testkit::Reply;
 use serde_json::{Value, json};
@@ -69,8 +69,8 @@ async fn runs_outside_the_sample_keep_no_text_but_debug_runs_do() {
     .await;
     let run = wait_for_run(&app, &id).await;
     assert!(!run.detail_dropped, "debug runs always keep text");
-    assert_eq!(run.response.unwrap()["text"], "a debug answer");
-    assert!(run.request.unwrap().to_string().contains("a debug prompt"));
+    assert_eq!(run.response.unwrap().to_value()["text"], "a debug answer");
+    assert!(run.request.unwrap().as_str().contains("a debug prompt"));
 }
 
 fn stored_run(tenant: &TenantId, age_days: i64, debug: bool) -> RunRecord {
@@ -87,8 +87,10 @@ fn stored_run(tenant: &TenantId, age_days: i64, debug: bool) -> RunRecord {
     run.served_model = Some("openai/gpt-4o-mini".into());
     run.cost_credits = 123;
     run.is_debug = debug;
-    run.request = Some(json!({"messages": [{"role": "user", "content": "old prompt"}]}));
-    run.response = Some(json!({"text": "old answer"}));
+    run.request = Some(RawJson::of(
+        &json!({"messages": [{"role": "user", "content": "old prompt"}]}),
+    ));
+    run.response = Some(RawJson::of(&json!({"text": "old answer"})));
     run
 }
 
@@ -100,7 +102,7 @@ fn completed_event(run: &RunRecord) -> (TenantId, StoredEvent) {
             run_id: run.id.clone(),
             seq: 0,
             event_type: "requestCompleted".into(),
-            payload: EventPayload::of(
+            payload: RawJson::of(
                 &json!({"type": "requestCompleted", "data": {"totalCreditsUsed": 123,
                             "result": {"textResponse": "old answer"}}}),
             ),

@@ -136,9 +136,9 @@ pub struct RunRecord {
     pub customer_external_id: Option<String>,
     pub tags: Vec<String>,
     /// The request as sent (messages, model, parameters), JSON; absent when retention dropped it.
-    pub request: Option<Value>,
+    pub request: Option<RawJson>,
     /// The response (text, tool calls, citations, finish reason), JSON.
-    pub response: Option<Value>,
+    pub response: Option<RawJson>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
     pub detail_dropped: bool,
@@ -225,22 +225,22 @@ pub struct StoredEvent {
     pub run_id: String,
     pub seq: u32,
     pub event_type: String,
-    pub payload: EventPayload,
+    pub payload: RawJson,
     pub created_at: Timestamp,
 }
 
-/// A stored event's envelope as JSON text, serialised once when the event happens: the log
-/// writer stores the text as it is and `/llm-logs/{id}/events` sends it as it is, with no
-/// `Value` tree built, copied or dropped in between.
+/// JSON serialised once, when it is produced (a stored event's envelope, a run's request and
+/// response): the log writer stores the text as it is and `/llm-logs` sends it as it is, with
+/// no `Value` tree built, copied or dropped in between.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(transparent)]
-pub struct EventPayload(Box<serde_json::value::RawValue>);
+pub struct RawJson(Box<serde_json::value::RawValue>);
 
-impl EventPayload {
-    /// The envelope `value` serialises to (`null` if it cannot be serialised, which a JSON
-    /// object built by this crate's callers never is).
+impl RawJson {
+    /// What `value` serialises to (`null` if it cannot be serialised, which the request,
+    /// response and event types never fail to).
     pub fn of<T: Serialize + ?Sized>(value: &T) -> Self {
-        EventPayload(
+        RawJson(
             serde_json::value::to_raw_value(value)
                 .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned()),
         )
@@ -248,20 +248,20 @@ impl EventPayload {
 
     /// Stored text, checked to be JSON.
     pub fn from_text(text: String) -> Result<Self, serde_json::Error> {
-        serde_json::value::RawValue::from_string(text).map(EventPayload)
+        serde_json::value::RawValue::from_string(text).map(RawJson)
     }
 
     pub fn as_str(&self) -> &str {
         self.0.get()
     }
 
-    /// The envelope parsed, for the few readers that look inside.
+    /// Parsed, for the few readers that look inside.
     pub fn to_value(&self) -> Value {
         serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
     }
 }
 
-impl PartialEq for EventPayload {
+impl PartialEq for RawJson {
     fn eq(&self, other: &Self) -> bool {
         self.as_str() == other.as_str()
     }

@@ -290,7 +290,7 @@ impl TreeRunner {
             record.customer_external_id = self.scope.customer.clone();
             record.callback_origin = self.callback.origin();
         }
-        log.set_request(json!({
+        log.set_request(&json!({
             "flowId": child.flow_id, "templateName": child.template_name,
             "parameters": child.values, "request": child.request,
         }));

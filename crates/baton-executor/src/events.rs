@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use baton_domain::Timestamp;
 use baton_domain::chat::InferenceResponse;
 use baton_domain::credits::Credits;
-use baton_domain::run::{EventPayload, StoredEvent};
+use baton_domain::run::{RawJson, StoredEvent};
 use baton_providers::routing::ChainModel;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -209,7 +209,7 @@ impl EventLog {
     ) -> Value {
         let (id, timestamp, envelope) = self.envelope(event_type, data, agent_path, depth);
         if !NOT_STORED.contains(&event_type) {
-            self.store(id, event_type, EventPayload::of(&envelope), timestamp);
+            self.store(id, event_type, RawJson::of(&envelope), timestamp);
         }
         self.seq += 1;
         envelope
@@ -233,7 +233,7 @@ impl EventLog {
             // Serialised once, here, from borrowed parts: no envelope tree is built for the log.
             let id = uuid::Uuid::now_v7().to_string();
             let timestamp = Timestamp::now();
-            let payload = EventPayload::of(&StoredEnvelope {
+            let payload = RawJson::of(&StoredEnvelope {
                 id: &id,
                 timestamp,
                 request_id: &self.request_id,
@@ -274,13 +274,7 @@ impl EventLog {
         (id, timestamp, Value::Object(envelope))
     }
 
-    fn store(
-        &mut self,
-        id: String,
-        event_type: &str,
-        envelope: EventPayload,
-        created_at: Timestamp,
-    ) {
+    fn store(&mut self, id: String, event_type: &str, envelope: RawJson, created_at: Timestamp) {
         self.stored.push(StoredEvent {
             id,
             run_id: self.request_id.clone(),

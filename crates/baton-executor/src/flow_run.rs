@@ -372,7 +372,7 @@ impl Engine {
             record.callback_origin = callback.origin();
             record.warnings = warnings.clone();
         }
-        log.set_request(json!({
+        log.set_request(&json!({
             "flowId": flow.id, "versionId": version_id, "templateName": template_name,
             "parameters": values, "request": request,
         }));

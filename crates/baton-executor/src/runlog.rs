@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use baton_domain::chat::{InferenceResponse, Usage};
-use baton_domain::run::{Attempt, RunKind, RunRecord, RunStatus, RunWarning, StoredEvent};
+use baton_domain::run::{Attempt, RawJson, RunKind, RunRecord, RunStatus, RunWarning, StoredEvent};
 use baton_domain::settings::TenantSettings;
 use baton_domain::{TenantId, Timestamp};
 use baton_ledger::{Cost, Price, price_inference};
@@ -98,6 +98,16 @@ fn estimated_tokens(chars: usize) -> u64 {
 /// Characters of the text in a logged request's messages (chat: `messages`; flow runs:
 /// `request.messages`): the strings under `content` and `text` keys, so roles, ids and image
 /// data are not counted.
+/// A run's response as the log keeps it.
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LoggedResponse<'a> {
+    text: &'a str,
+    tool_calls: &'a [baton_domain::chat::ToolCall],
+    citations: &'a [baton_domain::chat::Citation],
+    finish_reason: &'a str,
+}
+
 fn prompt_chars(request: &Value) -> usize {
     fn text(value: &Value) -> usize {
         match value {
@@ -223,11 +233,11 @@ impl RunLog {
             record.raw_cost_credits = cost.raw.0;
             record.pricing_uncertain = cost.pricing_uncertain;
             record.duration_ms = duration_ms;
-            record.response = Some(serde_json::json!({
-                "text": response.text,
-                "toolCalls": response.tool_calls,
-                "citations": response.citations,
-                "finishReason": response.finish_reason.as_openai(),
+            record.response = Some(RawJson::of(&LoggedResponse {
+                text: &response.text,
+                tool_calls: &response.tool_calls,
+                citations: &response.citations,
+                finish_reason: response.finish_reason.as_openai(),
             }));
             record.completed_at = Some(Timestamp::now());
         }
@@ -337,7 +347,7 @@ impl RunLog {
                     .record
                     .as_ref()
                     .and_then(|r| r.request.as_ref())
-                    .map_or(0, prompt_chars);
+                    .map_or(0, |request| prompt_chars(&request.to_value()));
                 usage.tokens_in = estimated_tokens(prompt);
             }
             InferenceResponse {
@@ -408,9 +418,10 @@ impl RunLog {
         }
     }
 
-    pub fn set_request(&mut self, request: Value) {
+    /// The request as the log keeps it, serialised now (nothing else holds it as JSON).
+    pub fn set_request<T: serde::Serialize>(&mut self, request: &T) {
         if let Some(record) = self.record.as_mut() {
-            record.request = Some(request);
+            record.request = Some(RawJson::of(request));
         }
     }
 }

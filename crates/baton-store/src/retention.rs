@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use baton_domain::retention::{keeps_text, strip_event_text};
-use baton_domain::run::{EventPayload, RunRecord, StoredEvent};
+use baton_domain::run::{RawJson, RunRecord, StoredEvent};
 use baton_domain::settings::TenantSettings;
 use baton_domain::{TenantId, Timestamp};
 use sea_orm::sea_query::{Expr, ExprTrait};
@@ -105,7 +105,7 @@ impl TextSampling {
             if !keep {
                 let mut envelope = event.payload.to_value();
                 strip_event_text(&mut envelope);
-                event.payload = EventPayload::of(&envelope);
+                event.payload = RawJson::of(&envelope);
             }
         }
     }

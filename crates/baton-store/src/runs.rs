@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use baton_domain::chat::Usage;
 use baton_domain::logs::RunLogEntry;
-use baton_domain::run::{EventPayload, RunKind, RunRecord, RunStatus, StoredEvent};
+use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
@@ -69,8 +69,16 @@ fn push_run_row(
             C::CustomerId => customer_id.or(record.customer_id.as_ref()).cloned().into(),
             C::CustomerExternalId => record.customer_external_id.clone().into(),
             C::Tags => json_text(&record.tags).into(),
-            C::RequestText => record.request.as_ref().map(json_text).into(),
-            C::ResponseText => record.response.as_ref().map(json_text).into(),
+            C::RequestText => record
+                .request
+                .as_ref()
+                .map(|r| r.as_str().to_string())
+                .into(),
+            C::ResponseText => record
+                .response
+                .as_ref()
+                .map(|r| r.as_str().to_string())
+                .into(),
             C::ErrorCode => record.error_code.clone().into(),
             C::ErrorMessage => record.error_message.clone().into(),
             C::DetailDropped => record.detail_dropped.into(),
@@ -131,7 +139,8 @@ static EVENT_INSERT: LazyLock<BulkInsert> =
     LazyLock::new(|| BulkInsert::of::<run_events::Entity>(OnConflict::Ignore));
 
 fn from_model(m: runs::Model) -> RunRecord {
-    let parse = |text: &Option<String>| text.as_deref().and_then(|t| serde_json::from_str(t).ok());
+    // Stored by this crate as JSON; text that is not reads as absent.
+    let raw = |text: Option<String>| text.and_then(|t| RawJson::from_text(t).ok());
     let to_u64 = |v: i64| u64::try_from(v).unwrap_or(0);
     RunRecord {
         tenant: Some(TenantId::new(m.tenant_id.clone())),
@@ -165,8 +174,8 @@ fn from_model(m: runs::Model) -> RunRecord {
         customer_id: m.customer_id,
         customer_external_id: m.customer_external_id,
         tags: serde_json::from_str(&m.tags).unwrap_or_default(),
-        request: parse(&m.request_text),
-        response: parse(&m.response_text),
+        request: raw(m.request_text),
+        response: raw(m.response_text),
         error_code: m.error_code,
         error_message: m.error_message,
         detail_dropped: m.detail_dropped,
@@ -401,8 +410,8 @@ impl Store {
                 seq: u32::try_from(m.seq).unwrap_or(0),
                 event_type: m.event_type,
                 // Written by this crate as JSON; a row that is not reads as `null`.
-                payload: EventPayload::from_text(m.payload)
-                    .unwrap_or_else(|_| EventPayload::of(&serde_json::Value::Null)),
+                payload: RawJson::from_text(m.payload)
+                    .unwrap_or_else(|_| RawJson::of(&serde_json::Value::Null)),
                 created_at: from_millis(m.created_at),
             })
             .collect())

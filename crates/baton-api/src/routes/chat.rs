@@ -175,7 +175,7 @@ async fn serve_chat(
         record.tags = tags;
         record.customer_external_id = customer;
     }
-    log.set_request(serde_json::to_value(&inference).unwrap_or(Value::Null));
+    log.set_request(&inference);
     let created = now_secs();
     let primary = plan.chain.primary().cloned().unwrap_or(ChainModel {
         provider: String::new(),

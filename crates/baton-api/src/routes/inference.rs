@@ -255,7 +255,7 @@ async fn serve_inference(
         record.customer_external_id = customer;
         record.is_debug = body.is_debug;
     }
-    log.set_request(serde_json::to_value(&request).unwrap_or(Value::Null));
+    log.set_request(&request);
 
     let answer = match answer(
         &state.engine,

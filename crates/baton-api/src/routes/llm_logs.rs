@@ -11,11 +11,10 @@ use baton_domain::Timestamp;
 use baton_domain::logs::{
     DEFAULT_PAGE_SIZE, LogFilter, LogPosition, MAX_PAGE_SIZE, RunLogEntry, RunSummary,
 };
-use baton_domain::run::{EventPayload, RunRecord, RunStatus, RunWarning, ToolCallRecord};
+use baton_domain::run::{RawJson, RunRecord, RunStatus, RunWarning, ToolCallRecord};
 use baton_domain::{TenantId, credits::Credits};
 use chrono::{DateTime, NaiveDate, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::auth::Principal;
@@ -262,7 +261,7 @@ pub struct LogRequest {
     pub tags: Vec<String>,
     /// The request as sent (messages, parameters); null when retention dropped it.
     #[schema(value_type = Option<Object>)]
-    pub body: Option<Value>,
+    pub body: Option<RawJson>,
 }
 
 /// Response details.
@@ -271,7 +270,7 @@ pub struct LogRequest {
 pub struct LogResponse {
     /// Text, tool calls, citations as the run produced them; null when retention dropped it.
     #[schema(value_type = Option<Object>)]
-    pub body: Option<Value>,
+    pub body: Option<RawJson>,
     pub finish_reason: Option<String>,
     pub error_code: Option<String>,
     pub error_message: Option<String>,
@@ -579,7 +578,7 @@ pub async fn get_llm_log_events(
     principal: Principal,
     PathParam(id): PathParam,
     Query(pairs): Query<Pairs>,
-) -> ApiResult<axum::Json<Vec<EventPayload>>> {
+) -> ApiResult<axum::Json<Vec<RawJson>>> {
     let filter = parse_types(pairs)?;
     let events = events_of(&state, &principal.tenant, &id).await?;
     Ok(axum::Json(
