@@ -454,15 +454,10 @@ async fn faults_tool_hosts_and_mcp_servers_sending_10_mb_fail_the_call_and_the_r
     })
     .await;
     let origin = s.host.origin();
-    let sized = json!({"type": "Object", "properties": [{"name": "bytes", "type": "Integer", "required": true}]});
     let chunked = s
-        .tool(json!({"name": "chunked", "toolType": "External",
-                     "webUrl": format!("{origin}/big-chunked"), "parameters": sized}))
+        .sized_tool("chunked", &format!("{origin}/big-chunked"))
         .await;
-    let declared = s
-        .tool(json!({"name": "declared", "toolType": "External",
-                     "webUrl": format!("{origin}/big"), "parameters": sized}))
-        .await;
+    let declared = s.sized_tool("declared", &format!("{origin}/big")).await;
     let (_, over_sse) = s
         .import_mcp(json!({"name": "sse", "url": sse.url()}), &["big"])
         .await;

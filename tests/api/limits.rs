@@ -174,19 +174,11 @@ async fn tool_results_over_the_limit_fail_the_call_and_the_run_goes_on() {
     .await;
     let origin = s.host.origin();
     s.set_origins(json!([origin])).await;
-    let sized = json!({"type": "Object", "properties": [{"name": "bytes", "type": "Integer", "required": true}]});
     let fixed = s
-        .tool(json!({"name": "fixed", "toolType": "External",
-                     "webUrl": format!("{origin}/big-chunked"), "parameters": sized}))
+        .sized_tool("fixed", &format!("{origin}/big-chunked"))
         .await;
-    let declared = s
-        .tool(json!({"name": "declared", "toolType": "External",
-                     "webUrl": format!("{origin}/big"), "parameters": sized}))
-        .await;
-    let hosted = s
-        .tool(json!({"name": "hosted", "toolType": "External",
-                     "webUrl": "/big-chunked", "parameters": sized}))
-        .await;
+    let declared = s.sized_tool("declared", &format!("{origin}/big")).await;
+    let hosted = s.sized_tool("hosted", "/big-chunked").await;
     let (_, imported) = s
         .import_mcp(json!({"name": "mock", "url": mcp.url()}), &["big"])
         .await;

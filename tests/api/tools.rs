@@ -70,6 +70,15 @@ impl Setup {
         tool["id"].as_str().unwrap().to_string()
     }
 
+    /// An External tool at `url` (the tool host's `/big` routes) whose one required integer
+    /// parameter `bytes` says how large an answer to send.
+    pub async fn sized_tool(&self, name: &str, url: &str) -> String {
+        self.tool(json!({"name": name, "toolType": "External", "webUrl": url,
+                         "parameters": {"type": "Object", "properties": [
+                             {"name": "bytes", "type": "Integer", "required": true}]}}))
+            .await
+    }
+
     /// A flow whose `main` template lists `tool_ids`, active in `production`.
     pub async fn flow(&self, title: &str, template: Value) -> String {
         let flow = self
