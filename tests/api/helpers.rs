@@ -179,6 +179,9 @@ pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
     config.auth.jwt_secret = Some(SecretString::from(TEST_JWT_SECRET));
     config.auth.login_attempts_per_minute = LOGIN_ATTEMPTS_PER_MINUTE;
     config.database.max_connections = 5;
+    // Debug builds on a shared two-core runner: tests that fire many requests at once would
+    // see scheduling delays no release server has, and shed. `overload.rs` turns it on.
+    config.server.shed_queue_delay_ms = 0;
     configure(&mut config);
 
     let app = Application::build(&config).await.expect("build app");
@@ -320,6 +323,7 @@ impl TestApp {
         config.bind = "127.0.0.1:0".parse().unwrap();
         config.auth.jwt_secret = Some(SecretString::from(TEST_JWT_SECRET));
         config.database.max_connections = 5;
+        config.server.shed_queue_delay_ms = 0;
         let app = Application::build(&config).await.expect("build app");
         let address = format!("http://127.0.0.1:{}", app.port());
         let (tx, rx) = oneshot::channel::<()>();

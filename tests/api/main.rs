@@ -23,6 +23,7 @@ mod limits;
 mod llm_logs;
 mod mcp_server;
 mod openapi;
+mod overload;
 mod python_mcp;
 mod python_sdk;
 mod retention;

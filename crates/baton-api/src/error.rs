@@ -38,6 +38,9 @@ pub enum ApiError {
     RateLimited { retry_after: Duration },
     #[error("the database is unavailable")]
     Unavailable,
+    /// Load shedding (`overload.rs`): Baton is past its capacity and refuses new requests.
+    #[error("Baton is overloaded; retry after {} seconds", retry_after.as_secs().max(1))]
+    Overloaded { retry_after: Duration },
     /// Something failed on our side; the message is logged, not sent.
     #[error("internal error: {0}")]
     Internal(String),
@@ -88,7 +91,7 @@ impl ApiError {
             Self::Conflict { .. } => StatusCode::CONFLICT,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            Self::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unavailable | Self::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Status { status, .. } => *status,
         }
@@ -105,6 +108,7 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => "PAYLOAD_TOO_LARGE",
             Self::RateLimited { .. } => "RATE_LIMITED",
             Self::Unavailable => "SERVICE_UNAVAILABLE",
+            Self::Overloaded { .. } => "OVERLOADED",
             Self::Internal(_) => "INTERNAL_ERROR",
         }
     }
@@ -176,7 +180,7 @@ impl ApiError {
         let body = self.body(request_id);
         let mut response = (self.status(), axum::Json(body)).into_response();
         match self {
-            Self::RateLimited { retry_after } => {
+            Self::RateLimited { retry_after } | Self::Overloaded { retry_after } => {
                 let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
                 response
                     .headers_mut()

@@ -9,6 +9,7 @@ pub mod error;
 pub mod extract;
 pub mod mcp;
 pub mod metrics;
+pub mod overload;
 pub mod routes;
 pub mod state;
 pub mod streams;
@@ -38,6 +39,7 @@ pub use axum::Router;
 pub use baton_executor::Limits;
 pub use error::{ApiError, ApiResult};
 pub use mcp::McpConfig;
+pub use overload::OverloadConfig;
 pub use routes::openapi;
 pub use state::{ApiConfig, AppState};
 
@@ -49,10 +51,17 @@ use crate::routes::openapi::{ApiDoc, OpenApiJson};
 
 /// Builds the whole application: routes, auth, and the layers every request passes through.
 pub fn build_router(state: AppState) -> Router {
-    let protected = routes::protected_routes().route_layer(middleware::from_fn_with_state(
-        state.clone(),
-        auth::require_auth,
-    ));
+    let shedder = overload::Shedder {
+        overload: state.overload.clone(),
+        runs: state.config.invocation_log.then(|| state.runs.clone()),
+    };
+    // Shedding runs first: refusing must stay cheap when the machine has no time to spare.
+    let protected = routes::protected_routes()
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_auth,
+        ))
+        .route_layer(middleware::from_fn_with_state(shedder, overload::shed));
     let (router, api) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(routes::public_routes())
         .merge(protected)

@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -23,6 +24,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::error::ApiError;
+use crate::overload::Overload;
 use crate::state::AppState;
 
 // Request labels allocate nothing per request: static strings, and the matched route shared
@@ -145,6 +147,9 @@ pub struct Metrics {
     fallbacks: Family<ModelLabels, Counter>,
     queue_depth: Gauge,
     writer: std::sync::OnceLock<RunWriter>,
+    scheduling_delay: Gauge<f64, AtomicU64>,
+    shedding: Gauge,
+    overload: std::sync::OnceLock<Arc<Overload>>,
 }
 
 impl Default for Metrics {
@@ -219,6 +224,18 @@ impl Metrics {
             "Invocation log items waiting to be written",
             queue_depth.clone(),
         );
+        let scheduling_delay = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "scheduling_delay_seconds",
+            "How late the runtime last ran a task that asked to wake at a set time",
+            scheduling_delay.clone(),
+        );
+        let shedding = Gauge::default();
+        registry.register(
+            "overloaded",
+            "1 while API requests are refused with 503 OVERLOADED (load shedding)",
+            shedding.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -233,6 +250,9 @@ impl Metrics {
             fallbacks,
             queue_depth,
             writer: std::sync::OnceLock::new(),
+            scheduling_delay,
+            shedding,
+            overload: std::sync::OnceLock::new(),
         }
     }
 
@@ -241,8 +261,18 @@ impl Metrics {
         let _ = self.writer.set(writer);
     }
 
+    /// The load-shedding state reported.
+    pub fn watch_overload(&self, overload: Arc<Overload>) {
+        let _ = self.overload.set(overload);
+    }
+
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
+        if let Some(overload) = self.overload.get() {
+            self.scheduling_delay
+                .set(overload.scheduling_delay().as_secs_f64());
+            self.shedding.set(i64::from(overload.is_shedding()));
+        }
         if let Some(writer) = self.writer.get() {
             self.queue_depth
                 .set(i64::try_from(writer.queue_depth()).unwrap_or(i64::MAX));

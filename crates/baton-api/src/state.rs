@@ -19,6 +19,7 @@ use crate::auth::{Authenticator, SessionKeys, SessionSettings};
 use crate::error::ApiError;
 use crate::mcp::{McpConfig, McpService};
 use crate::metrics::Metrics;
+use crate::overload::{Overload, OverloadConfig};
 use crate::streams::StreamSlots;
 
 /// What the HTTP layer needs from the operator's configuration.
@@ -49,6 +50,8 @@ pub struct ApiConfig {
     /// Whether runs are written to the invocation log. Off, nothing is kept: no log, statistics,
     /// usage or budget spend (`docs/decisions.md`, "Invocation log off").
     pub invocation_log: bool,
+    /// Load shedding (`overload.rs`).
+    pub overload: OverloadConfig,
 }
 
 impl ApiConfig {
@@ -82,6 +85,7 @@ impl Default for ApiConfig {
             mcp: McpConfig::default(),
             limits: Limits::default(),
             invocation_log: true,
+            overload: OverloadConfig::default(),
         }
     }
 }
@@ -107,6 +111,8 @@ pub struct AppState {
     pub(crate) mcp: Arc<McpService>,
     /// Open event streams per tenant (`limits.max_streams_per_tenant`).
     pub streams: StreamSlots,
+    /// Whether Baton is past its capacity (load shedding).
+    pub overload: Arc<Overload>,
 }
 const JWT_SECRET_NAME: &str = "jwt_signing_key";
 const MIN_JWT_SECRET_LEN: usize = 32;
@@ -152,7 +158,14 @@ impl AppState {
             Arc::new(baton_executor::DiscardRuns::new(flows.clone()))
         };
         let engine = Engine::new(config.engine_config(), providers.clone(), flows, sink)?;
+        let overload = Overload::new(config.overload);
+        if config.overload.is_enabled() {
+            overload.spawn_probe();
+        }
+        let metrics = Arc::new(Metrics::new());
+        metrics.watch_overload(overload.clone());
         Ok(AppState {
+            overload,
             router: engine.router().clone(),
             outbound: engine.outbound().clone(),
             engine,
@@ -164,13 +177,14 @@ impl AppState {
             mcp: Arc::new(crate::mcp::service(&config)),
             streams: StreamSlots::new(config.limits.max_streams_per_tenant),
             config: Arc::new(config),
-            metrics: Arc::new(Metrics::new()),
+            metrics,
         })
     }
 
     /// Reports into `metrics` (shared with the log writer, which counts runs into it).
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> AppState {
         metrics.watch_writer(self.runs.clone());
+        metrics.watch_overload(self.overload.clone());
         self.metrics = metrics;
         self
     }

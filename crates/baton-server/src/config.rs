@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use baton_api::{ApiConfig, Limits, McpConfig};
+use baton_api::{ApiConfig, Limits, McpConfig, OverloadConfig};
 use baton_providers::{BUILT_IN, ProvidersConfig};
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
@@ -121,6 +121,11 @@ pub struct ServerConfig {
     pub request_timeout_secs: u64,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace_secs: u64,
+    /// Load shedding: the runtime's scheduling delay tolerated as a standing queue before API
+    /// requests are refused with 503 `OVERLOADED`; 0 turns shedding off.
+    pub shed_queue_delay_ms: u64,
+    /// How long that delay must stay above `shed_queue_delay_ms` before shedding starts.
+    pub shed_interval_ms: u64,
 }
 
 impl Default for ServerConfig {
@@ -130,6 +135,9 @@ impl Default for ServerConfig {
             max_body_bytes: api.max_body_bytes,
             request_timeout_secs: api.request_timeout.as_secs(),
             shutdown_grace_secs: 30,
+            shed_queue_delay_ms: u64::try_from(api.overload.target_delay.as_millis())
+                .unwrap_or(u64::MAX),
+            shed_interval_ms: u64::try_from(api.overload.interval.as_millis()).unwrap_or(u64::MAX),
         }
     }
 }
@@ -460,6 +468,10 @@ impl Config {
             mcp: self.mcp.api_config(self.bind),
             limits: self.limits.limits()?,
             invocation_log: self.invocation_log.enabled,
+            overload: OverloadConfig {
+                target_delay: Duration::from_millis(self.server.shed_queue_delay_ms),
+                interval: Duration::from_millis(self.server.shed_interval_ms),
+            },
             router: RouterConfig {
                 breaker: BreakerConfig {
                     threshold: self.routing.breaker_failure_threshold.max(1),

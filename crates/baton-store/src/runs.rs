@@ -508,6 +508,12 @@ impl RunWriter {
         self.capacity - self.tx.capacity()
     }
 
+    /// Whether the queue is three quarters full: the database is far behind, and a request that
+    /// queues an item now may have to wait for room.
+    pub fn is_backlogged(&self) -> bool {
+        self.queue_depth() >= self.capacity - self.capacity / 4
+    }
+
     /// Writes everything queued so far, then stops the writer. A database that stays
     /// unreachable is given a few attempts per batch, not more, so shutdown ends.
     pub async fn close(&self) {
@@ -679,4 +685,48 @@ pub fn new_record(
     requested_model: String,
 ) -> RunRecord {
     RunRecord::pending(id, tenant, kind, requested_model)
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_domain::run::RunKind;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_writer_stuck_on_its_database_reports_a_backlog_at_three_quarters() {
+        let mut options = crate::StoreOptions::new("sqlite::memory:");
+        options.max_connections = 1;
+        let store = Store::connect(&options).await.unwrap();
+        store.clone().close().await.unwrap();
+        let writer = RunWriter::spawn(
+            store,
+            WriterOptions {
+                capacity: 8,
+                batch: 1,
+                max_delay: Duration::ZERO,
+                ..WriterOptions::default()
+            },
+        );
+        let item = |n: usize| {
+            LogItem::Run(Box::new(new_record(
+                format!("run-{n}"),
+                TenantId::new("t"),
+                RunKind::Chat,
+                "m".into(),
+            )))
+        };
+        // The writer takes the first item and keeps retrying it against the closed database.
+        writer.write(item(0)).await.unwrap();
+        while writer.queue_depth() > 0 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        for n in 1..=5 {
+            writer.write(item(n)).await.unwrap();
+            assert!(!writer.is_backlogged(), "backlogged at {n} of 8");
+        }
+        writer.write(item(6)).await.unwrap();
+        assert_eq!(writer.queue_depth(), 6);
+        assert!(writer.is_backlogged());
+    }
 }

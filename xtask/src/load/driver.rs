@@ -80,6 +80,9 @@ pub struct Outcome {
     pub histogram: Histogram<u64>,
     pub sent: u64,
     pub errors: u64,
+    /// Of `errors`, requests Baton refused with 503 `OVERLOADED` (load shedding): they did
+    /// nothing, so they have no log row.
+    pub shed: u64,
     pub elapsed: Duration,
     /// The first failure, to say why a phase had errors.
     pub first_error: Option<String>,
@@ -91,6 +94,7 @@ impl Outcome {
             histogram: histogram()?,
             sent: 0,
             errors: 0,
+            shed: 0,
             elapsed: Duration::ZERO,
             first_error: None,
         })
@@ -102,6 +106,9 @@ impl Outcome {
             Ok(()) => record(&mut self.histogram, latency),
             Err(error) => {
                 self.errors += 1;
+                if is_shed(&error) {
+                    self.shed += 1;
+                }
                 self.first_error.get_or_insert(error);
             }
         }
@@ -123,6 +130,7 @@ impl Outcome {
         let mut value = json!({
             "requests": self.sent,
             "errors": self.errors,
+            "shed": self.shed,
             "rps": (self.rps() * 10.0).round() / 10.0,
         });
         if let (Some(object), Value::Object(quantiles)) =
@@ -135,6 +143,11 @@ impl Outcome {
         }
         value
     }
+}
+
+/// Whether a failure (`"{status}: {body}"`) is Baton refusing the request while overloaded.
+fn is_shed(error: &str) -> bool {
+    error.starts_with("503") && error.contains("\"OVERLOADED\"")
 }
 
 fn histogram() -> anyhow::Result<Histogram<u64>> {

@@ -126,7 +126,10 @@ fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
             out.push(target(
                 g,
                 "zero log rows lost",
-                format!("{} rows / {} requests", logs["rows"], logs["requests_sent"]),
+                format!(
+                    "{} rows / {} requests ({} shed)",
+                    logs["rows"], logs["requests_sent"], logs["shed"]
+                ),
                 Some(logs["rows_match"] == true),
             ));
             let ratio = litellm.and_then(|l| {
@@ -485,7 +488,10 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
     rows.push((
         "errors".into(),
         String::new(),
-        Box::new(|g| num(&g["errors"])),
+        Box::new(|g| match g.get("shed") {
+            Some(shed) if shed != 0 => format!("{} ({} shed)", num(&g["errors"]), num(shed)),
+            _ => num(&g["errors"]),
+        }),
     ));
 
     write!(out, "| figure | direct |")?;

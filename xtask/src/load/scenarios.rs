@@ -44,12 +44,13 @@ pub fn progress(path: &str, message: &str) {
 
 fn summary(outcome: &Outcome) -> String {
     format!(
-        "{} requests, {:.0} RPS, p50 {} us, p99 {} us, {} errors{}",
+        "{} requests, {:.0} RPS, p50 {} us, p99 {} us, {} errors ({} shed){}",
         outcome.sent,
         outcome.rps(),
         outcome.quantile(0.5),
         outcome.quantile(0.99),
         outcome.errors,
+        outcome.shed,
         outcome
             .first_error
             .as_deref()
@@ -183,12 +184,14 @@ impl CpuMeter {
 struct Sent {
     requests: u64,
     errors: u64,
+    shed: u64,
 }
 
 impl Sent {
     fn add(&mut self, outcome: &Outcome) {
         self.requests += outcome.sent;
         self.errors += outcome.errors;
+        self.shed += outcome.shed;
     }
 }
 
@@ -388,7 +391,12 @@ pub async fn run_gateway(
 
     let log_rows = match baton_addr {
         Some(addr) => {
-            let expected = if gateway.logs() { sent.requests } else { 0 };
+            // A shed request was refused before it did anything: no run, no row.
+            let expected = if gateway.logs() {
+                sent.requests - sent.shed
+            } else {
+                0
+            };
             progress(
                 name,
                 &format!("counting invocation-log rows (expecting {expected})"),
@@ -401,10 +409,17 @@ pub async fn run_gateway(
             let rows =
                 driver::wait_for_log_rows(&client, addr, procs::BOOTSTRAP_KEY, expected, timeout)
                     .await?;
-            progress(name, &format!("{rows} rows for {} requests", sent.requests));
+            progress(
+                name,
+                &format!(
+                    "{rows} rows for {} requests ({} shed)",
+                    sent.requests, sent.shed
+                ),
+            );
             json!({
                 "logging": gateway.logs(),
                 "requests_sent": sent.requests,
+                "shed": sent.shed,
                 "rows": rows,
                 "rows_match": rows == expected,
             })
@@ -435,5 +450,6 @@ pub async fn run_gateway(
         "log_rows": log_rows,
         "requests_sent": sent.requests,
         "errors": sent.errors,
+        "shed": sent.shed,
     }))
 }

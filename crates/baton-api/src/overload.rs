@@ -1,0 +1,259 @@
+//! Load shedding.
+//!
+//! Past its CPU capacity a server that takes every request queues without bound: each one waits
+//! longer for a turn on the runtime, latency and memory grow until clients time out, and work is
+//! spent on answers nobody waits for. Baton watches the delay its own runtime adds to a task that
+//! asked to wake at a set time (the same scheduling delay every request waits through). Once that
+//! delay has stayed above a target for a whole interval (CoDel's rule: a standing queue, not a
+//! burst), API requests are refused with 503 `OVERLOADED` and `Retry-After` until it falls back
+//! under the target. Requests are refused too while the invocation-log queue is nearly full, so
+//! none is held waiting for room in it.
+//!
+//! A fixed cap on requests in flight would be the wrong tool: a model call takes seconds, so
+//! thousands in flight is a normal day, while a few hundred CPU-bound ones can be too many.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use baton_store::runs::RunWriter;
+use tokio::time::Instant;
+
+use crate::error::ApiError;
+
+/// When to start refusing requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverloadConfig {
+    /// Scheduling delay tolerated as a standing queue; zero turns shedding off.
+    pub target_delay: Duration,
+    /// How long the delay must stay above the target before requests are refused.
+    pub interval: Duration,
+}
+
+impl OverloadConfig {
+    pub const OFF: OverloadConfig = OverloadConfig {
+        target_delay: Duration::ZERO,
+        interval: Duration::ZERO,
+    };
+
+    pub fn is_enabled(&self) -> bool {
+        !self.target_delay.is_zero()
+    }
+
+    /// What a refused client is told to wait: long enough for a queue to drain.
+    fn retry_after(&self) -> Duration {
+        self.interval.max(Duration::from_secs(1))
+    }
+}
+
+impl Default for OverloadConfig {
+    fn default() -> Self {
+        OverloadConfig {
+            target_delay: Duration::from_millis(50),
+            interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// How often the probe measures: often enough to see an interval's worth of samples, rarely
+/// enough to cost nothing measurable.
+const PROBE_PERIOD: Duration = Duration::from_millis(20);
+
+/// The shedding state, read by every API request and written by the probe.
+#[derive(Debug)]
+pub struct Overload {
+    config: OverloadConfig,
+    shedding: AtomicBool,
+    last_delay_micros: AtomicU64,
+    /// When the delay last went above the target (None: it is under it).
+    above_since: Mutex<Option<Instant>>,
+}
+
+impl Overload {
+    pub fn new(config: OverloadConfig) -> Arc<Overload> {
+        Arc::new(Overload {
+            config,
+            shedding: AtomicBool::new(false),
+            last_delay_micros: AtomicU64::new(0),
+            above_since: Mutex::new(None),
+        })
+    }
+
+    pub fn config(&self) -> OverloadConfig {
+        self.config
+    }
+
+    /// Whether new API requests are being refused.
+    pub fn is_shedding(&self) -> bool {
+        self.shedding.load(Ordering::Relaxed)
+    }
+
+    /// The scheduling delay of the latest probe.
+    pub fn scheduling_delay(&self) -> Duration {
+        Duration::from_micros(self.last_delay_micros.load(Ordering::Relaxed))
+    }
+
+    /// Takes one measurement of the scheduling delay, made at `now`; returns whether requests
+    /// are refused from now on.
+    pub fn observe(&self, delay: Duration, now: Instant) -> bool {
+        self.last_delay_micros.store(
+            u64::try_from(delay.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        if !self.config.is_enabled() {
+            return false;
+        }
+        let mut above_since = self
+            .above_since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let shedding = if delay <= self.config.target_delay {
+            *above_since = None;
+            false
+        } else {
+            let since = *above_since.get_or_insert(now);
+            now.saturating_duration_since(since) >= self.config.interval
+        };
+        if shedding != self.shedding.swap(shedding, Ordering::Relaxed) {
+            if shedding {
+                tracing::warn!(
+                    delay_ms = delay.as_millis(),
+                    "overloaded: refusing new API requests until the scheduling delay falls"
+                );
+            } else {
+                tracing::info!("no longer overloaded: taking API requests again");
+            }
+        }
+        shedding
+    }
+
+    /// Starts measuring the runtime's scheduling delay on a task of the current runtime. The
+    /// task ends when the last handle to `self` is dropped.
+    pub fn spawn_probe(self: &Arc<Self>) {
+        tokio::spawn(probe(Arc::downgrade(self)));
+    }
+}
+
+async fn probe(overload: Weak<Overload>) {
+    let mut due = Instant::now() + PROBE_PERIOD;
+    loop {
+        tokio::time::sleep_until(due).await;
+        let now = Instant::now();
+        let Some(overload) = overload.upgrade() else {
+            return;
+        };
+        overload.observe(now.saturating_duration_since(due), now);
+        due = now + PROBE_PERIOD;
+    }
+}
+
+/// What the shedding middleware consults.
+#[derive(Clone)]
+pub struct Shedder {
+    pub overload: Arc<Overload>,
+    /// The invocation log's writer, when runs are logged.
+    pub runs: Option<RunWriter>,
+}
+
+/// Refuses the request with 503 `OVERLOADED` while Baton is overloaded (see the module docs).
+pub async fn shed(State(shedder): State<Shedder>, request: Request, next: Next) -> Response {
+    let config = shedder.overload.config;
+    if config.is_enabled()
+        && (shedder.overload.is_shedding()
+            || shedder.runs.as_ref().is_some_and(RunWriter::is_backlogged))
+    {
+        return ApiError::Overloaded {
+            retry_after: config.retry_after(),
+        }
+        .into_response();
+    }
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn overload() -> Arc<Overload> {
+        Overload::new(OverloadConfig {
+            target_delay: 50 * MS,
+            interval: 500 * MS,
+        })
+    }
+
+    #[test]
+    fn a_burst_shorter_than_the_interval_is_absorbed() {
+        let overload = overload();
+        let start = Instant::now();
+        for step in 0..20 {
+            assert!(!overload.observe(200 * MS, start + step * 20 * MS));
+        }
+        // One sample under the target ends the episode: the clock starts again.
+        assert!(!overload.observe(10 * MS, start + 400 * MS));
+        assert!(!overload.observe(200 * MS, start + 600 * MS));
+        assert!(!overload.is_shedding());
+    }
+
+    #[test]
+    fn a_standing_delay_for_the_interval_sheds_until_it_falls() {
+        let overload = overload();
+        let start = Instant::now();
+        assert!(!overload.observe(80 * MS, start));
+        assert!(!overload.observe(80 * MS, start + 499 * MS));
+        assert!(overload.observe(60 * MS, start + 500 * MS));
+        assert!(overload.is_shedding());
+        assert_eq!(overload.scheduling_delay(), 60 * MS);
+        assert!(overload.observe(51 * MS, start + 900 * MS));
+        assert!(!overload.observe(50 * MS, start + 920 * MS));
+        assert!(!overload.is_shedding());
+    }
+
+    #[test]
+    fn off_never_sheds_but_still_reports_the_delay() {
+        let overload = Overload::new(OverloadConfig::OFF);
+        let start = Instant::now();
+        for step in 0..100 {
+            assert!(!overload.observe(Duration::from_secs(5), start + step * 100 * MS));
+        }
+        assert_eq!(overload.scheduling_delay(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_probe_sees_a_saturated_runtime_and_its_recovery() {
+        let overload = Overload::new(OverloadConfig {
+            target_delay: 30 * MS,
+            interval: 100 * MS,
+        });
+        overload.spawn_probe();
+        // Keep the only worker busy, as a saturated runtime is, giving the probe a turn now
+        // and then: each turn it finds itself late by about the time it was kept waiting.
+        let mut shed = false;
+        for _ in 0..40 {
+            std::thread::sleep(60 * MS);
+            tokio::time::sleep(MS).await;
+            if overload.is_shedding() {
+                shed = true;
+                break;
+            }
+        }
+        assert!(
+            shed,
+            "never shed; last delay {:?}",
+            overload.scheduling_delay()
+        );
+        assert!(overload.scheduling_delay() > 30 * MS);
+        // Left alone, the runtime catches up and requests are taken again.
+        for _ in 0..500 {
+            if !overload.is_shedding() {
+                return;
+            }
+            tokio::time::sleep(10 * MS).await;
+        }
+        panic!("still shedding on an idle runtime");
+    }
+}
