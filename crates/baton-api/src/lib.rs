@@ -51,17 +51,16 @@ use crate::routes::openapi::{ApiDoc, OpenApiJson};
 
 /// Builds the whole application: routes, auth, and the layers every request passes through.
 pub fn build_router(state: AppState) -> Router {
-    let shedder = overload::Shedder {
-        overload: state.overload.clone(),
-        runs: state.config.invocation_log.then(|| state.runs.clone()),
-    };
     // Shedding runs first: refusing must stay cheap when the machine has no time to spare.
     let protected = routes::protected_routes()
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_auth,
         ))
-        .route_layer(middleware::from_fn_with_state(shedder, overload::shed));
+        .route_layer(middleware::from_fn_with_state(
+            state.overload.clone(),
+            overload::shed,
+        ));
     let (router, api) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(routes::public_routes())
         .merge(protected)

@@ -147,7 +147,7 @@ pub struct Metrics {
     fallbacks: Family<ModelLabels, Counter>,
     queue_depth: Gauge,
     writer: std::sync::OnceLock<RunWriter>,
-    scheduling_delay: Gauge<f64, AtomicU64>,
+    queue_delay: Gauge<f64, AtomicU64>,
     shedding: Gauge,
     overload: std::sync::OnceLock<Arc<Overload>>,
 }
@@ -224,11 +224,11 @@ impl Metrics {
             "Invocation log items waiting to be written",
             queue_depth.clone(),
         );
-        let scheduling_delay = Gauge::<f64, AtomicU64>::default();
+        let queue_delay = Gauge::<f64, AtomicU64>::default();
         registry.register(
-            "scheduling_delay_seconds",
-            "How late the runtime last ran a task that asked to wake at a set time",
-            scheduling_delay.clone(),
+            "queue_delay_seconds",
+            "How long new work waits (load shedding): the runtime's scheduling delay or the longest wait for room in the log queue",
+            queue_delay.clone(),
         );
         let shedding = Gauge::default();
         registry.register(
@@ -250,7 +250,7 @@ impl Metrics {
             fallbacks,
             queue_depth,
             writer: std::sync::OnceLock::new(),
-            scheduling_delay,
+            queue_delay,
             shedding,
             overload: std::sync::OnceLock::new(),
         }
@@ -269,8 +269,7 @@ impl Metrics {
     /// The text exposition of every metric.
     pub fn render(&self) -> String {
         if let Some(overload) = self.overload.get() {
-            self.scheduling_delay
-                .set(overload.scheduling_delay().as_secs_f64());
+            self.queue_delay.set(overload.queue_delay().as_secs_f64());
             self.shedding.set(i64::from(overload.is_shedding()));
         }
         if let Some(writer) = self.writer.get() {

@@ -6,8 +6,8 @@
 //! asked to wake at a set time (the same scheduling delay every request waits through). Once that
 //! delay has stayed above a target for a whole interval (CoDel's rule: a standing queue, not a
 //! burst), API requests are refused with 503 `OVERLOADED` and `Retry-After` until it falls back
-//! under the target. Requests are refused too while the invocation-log queue is nearly full, so
-//! none is held waiting for room in it.
+//! under the target. The wait of requests for room in a full invocation-log queue (the database
+//! behind) counts the same way: brief back-pressure is absorbed, a standing wait sheds.
 //!
 //! A fixed cap on requests in flight would be the wrong tool: a model call takes seconds, so
 //! thousands in flight is a normal day, while a few hundred CPU-bound ones can be too many.
@@ -91,12 +91,12 @@ impl Overload {
         self.shedding.load(Ordering::Relaxed)
     }
 
-    /// The scheduling delay of the latest probe.
-    pub fn scheduling_delay(&self) -> Duration {
+    /// The queueing delay of the latest probe.
+    pub fn queue_delay(&self) -> Duration {
         Duration::from_micros(self.last_delay_micros.load(Ordering::Relaxed))
     }
 
-    /// Takes one measurement of the scheduling delay, made at `now`; returns whether requests
+    /// Takes one measurement of the queueing delay, made at `now`; returns whether requests
     /// are refused from now on.
     pub fn observe(&self, delay: Duration, now: Instant) -> bool {
         self.last_delay_micros.store(
@@ -121,7 +121,7 @@ impl Overload {
             if shedding {
                 tracing::warn!(
                     delay_ms = delay.as_millis(),
-                    "overloaded: refusing new API requests until the scheduling delay falls"
+                    "overloaded: refusing new API requests until the queueing delay falls"
                 );
             } else {
                 tracing::info!("no longer overloaded: taking API requests again");
@@ -130,14 +130,15 @@ impl Overload {
         shedding
     }
 
-    /// Starts measuring the runtime's scheduling delay on a task of the current runtime. The
-    /// task ends when the last handle to `self` is dropped.
-    pub fn spawn_probe(self: &Arc<Self>) {
-        tokio::spawn(probe(Arc::downgrade(self)));
+    /// Starts measuring on a task of the current runtime: its scheduling delay, and the wait
+    /// for room in `log`'s queue when runs are logged. The task ends when the last handle to
+    /// `self` is dropped.
+    pub fn spawn_probe(self: &Arc<Self>, log: Option<RunWriter>) {
+        tokio::spawn(probe(Arc::downgrade(self), log));
     }
 }
 
-async fn probe(overload: Weak<Overload>) {
+async fn probe(overload: Weak<Overload>, log: Option<RunWriter>) {
     let mut due = Instant::now() + PROBE_PERIOD;
     loop {
         tokio::time::sleep_until(due).await;
@@ -145,28 +146,18 @@ async fn probe(overload: Weak<Overload>) {
         let Some(overload) = overload.upgrade() else {
             return;
         };
-        overload.observe(now.saturating_duration_since(due), now);
+        let scheduling = now.saturating_duration_since(due);
+        let log_wait = log.as_ref().map_or(Duration::ZERO, RunWriter::longest_wait);
+        overload.observe(scheduling.max(log_wait), now);
         due = now + PROBE_PERIOD;
     }
 }
 
-/// What the shedding middleware consults.
-#[derive(Clone)]
-pub struct Shedder {
-    pub overload: Arc<Overload>,
-    /// The invocation log's writer, when runs are logged.
-    pub runs: Option<RunWriter>,
-}
-
 /// Refuses the request with 503 `OVERLOADED` while Baton is overloaded (see the module docs).
-pub async fn shed(State(shedder): State<Shedder>, request: Request, next: Next) -> Response {
-    let config = shedder.overload.config;
-    if config.is_enabled()
-        && (shedder.overload.is_shedding()
-            || shedder.runs.as_ref().is_some_and(RunWriter::is_backlogged))
-    {
+pub async fn shed(State(overload): State<Arc<Overload>>, request: Request, next: Next) -> Response {
+    if overload.is_shedding() {
         return ApiError::Overloaded {
-            retry_after: config.retry_after(),
+            retry_after: overload.config.retry_after(),
         }
         .into_response();
     }
@@ -207,7 +198,7 @@ mod tests {
         assert!(!overload.observe(80 * MS, start + 499 * MS));
         assert!(overload.observe(60 * MS, start + 500 * MS));
         assert!(overload.is_shedding());
-        assert_eq!(overload.scheduling_delay(), 60 * MS);
+        assert_eq!(overload.queue_delay(), 60 * MS);
         assert!(overload.observe(51 * MS, start + 900 * MS));
         assert!(!overload.observe(50 * MS, start + 920 * MS));
         assert!(!overload.is_shedding());
@@ -220,7 +211,7 @@ mod tests {
         for step in 0..100 {
             assert!(!overload.observe(Duration::from_secs(5), start + step * 100 * MS));
         }
-        assert_eq!(overload.scheduling_delay(), Duration::from_secs(5));
+        assert_eq!(overload.queue_delay(), Duration::from_secs(5));
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -229,7 +220,7 @@ mod tests {
             target_delay: 30 * MS,
             interval: 100 * MS,
         });
-        overload.spawn_probe();
+        overload.spawn_probe(None);
         // Keep the only worker busy, as a saturated runtime is, giving the probe a turn now
         // and then: each turn it finds itself late by about the time it was kept waiting.
         let mut shed = false;
@@ -241,12 +232,8 @@ mod tests {
                 break;
             }
         }
-        assert!(
-            shed,
-            "never shed; last delay {:?}",
-            overload.scheduling_delay()
-        );
-        assert!(overload.scheduling_delay() > 30 * MS);
+        assert!(shed, "never shed; last delay {:?}", overload.queue_delay());
+        assert!(overload.queue_delay() > 30 * MS);
         // Left alone, the runtime catches up and requests are taken again.
         for _ in 0..500 {
             if !overload.is_shedding() {
@@ -255,5 +242,69 @@ mod tests {
             tokio::time::sleep(10 * MS).await;
         }
         panic!("still shedding on an idle runtime");
+    }
+
+    #[tokio::test]
+    async fn a_standing_wait_for_room_in_the_log_queue_sheds() {
+        use baton_domain::TenantId;
+        use baton_domain::run::RunKind;
+        use baton_store::runs::{LogItem, WriterOptions, new_record};
+
+        // A writer whose database is gone keeps retrying its first item; the queue (one place)
+        // fills and the next caller waits for room for as long as the database stays away.
+        let mut options = baton_store::StoreOptions::new("sqlite::memory:");
+        options.max_connections = 1;
+        let store = baton_store::Store::connect(&options).await.unwrap();
+        store.clone().close().await.unwrap();
+        let writer = RunWriter::spawn(
+            store,
+            WriterOptions {
+                capacity: 1,
+                batch: 1,
+                max_delay: Duration::ZERO,
+                ..WriterOptions::default()
+            },
+        );
+        let item = |n: usize| {
+            LogItem::Run(Box::new(new_record(
+                format!("run-{n}"),
+                TenantId::new("t"),
+                RunKind::Chat,
+                "m".into(),
+            )))
+        };
+        writer.write(item(0)).await.unwrap();
+        while writer.queue_depth() > 0 {
+            tokio::time::sleep(MS).await;
+        }
+        writer.write(item(1)).await.unwrap();
+        let waiting = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.write(item(2)).await }
+        });
+
+        let overload = Overload::new(OverloadConfig {
+            target_delay: 20 * MS,
+            interval: 50 * MS,
+        });
+        overload.spawn_probe(Some(writer.clone()));
+        for _ in 0..500 {
+            if overload.is_shedding() {
+                break;
+            }
+            tokio::time::sleep(10 * MS).await;
+        }
+        assert!(overload.is_shedding(), "a caller waits, yet no shedding");
+        assert!(overload.queue_delay() > 20 * MS);
+        // The caller leaves: nothing waits any more, so shedding ends.
+        waiting.abort();
+        let _ = waiting.await;
+        for _ in 0..500 {
+            if !overload.is_shedding() {
+                return;
+            }
+            tokio::time::sleep(10 * MS).await;
+        }
+        panic!("still shedding with no caller waiting");
     }
 }

@@ -160,7 +160,7 @@ impl AppState {
         let engine = Engine::new(config.engine_config(), providers.clone(), flows, sink)?;
         let overload = Overload::new(config.overload);
         if config.overload.is_enabled() {
-            overload.spawn_probe();
+            overload.spawn_probe(config.invocation_log.then(|| runs.clone()));
         }
         let metrics = Arc::new(Metrics::new());
         metrics.watch_overload(overload.clone());

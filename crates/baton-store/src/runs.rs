@@ -447,6 +447,50 @@ pub struct RunWriter {
     /// Set by [`RunWriter::close`] at once, so a batch retrying against an unreachable
     /// database (ahead of the close message in the queue) stops retrying without end.
     closing: std::sync::Arc<watch::Sender<bool>>,
+    /// Callers waiting for room in a full queue (load shedding reads the longest wait).
+    waiters: std::sync::Arc<Waiters>,
+}
+
+/// When each caller now waiting for room started waiting, oldest first.
+#[derive(Default)]
+struct Waiters {
+    next_id: std::sync::atomic::AtomicU64,
+    waiting: std::sync::Mutex<std::collections::VecDeque<(u64, std::time::Instant)>>,
+}
+
+impl Waiters {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, std::time::Instant)>> {
+        self.waiting
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One caller's place among the waiters; leaves on drop (sent, or the request went away).
+struct Waiting<'a> {
+    waiters: &'a Waiters,
+    id: u64,
+}
+
+impl<'a> Waiting<'a> {
+    fn start(waiters: &'a Waiters) -> Waiting<'a> {
+        let id = waiters
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        waiters.lock().push_back((id, std::time::Instant::now()));
+        Waiting { waiters, id }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.waiters.lock();
+        if let Some(index) = waiting.iter().position(|(id, _)| *id == self.id) {
+            waiting.remove(index);
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -492,26 +536,35 @@ impl RunWriter {
             tx,
             capacity: options.capacity.max(1),
             closing: std::sync::Arc::new(closing),
+            waiters: std::sync::Arc::default(),
         }
     }
 
     /// Queues an item, waiting while the queue is full.
     pub async fn write(&self, item: LogItem) -> StoreResult<()> {
-        self.tx
-            .send(Message::Item(item))
-            .await
-            .map_err(|_| StoreError::Unavailable("the invocation log writer has stopped".into()))
+        let stopped = || StoreError::Unavailable("the invocation log writer has stopped".into());
+        match self.tx.try_send(Message::Item(item)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => Err(stopped()),
+            Err(mpsc::error::TrySendError::Full(message)) => {
+                let _waiting = Waiting::start(&self.waiters);
+                self.tx.send(message).await.map_err(|_| stopped())
+            }
+        }
+    }
+
+    /// How long the caller that has waited longest for room in the full queue has waited
+    /// (zero when none waits).
+    pub fn longest_wait(&self) -> Duration {
+        self.waiters
+            .lock()
+            .front()
+            .map_or(Duration::ZERO, |(_, since)| since.elapsed())
     }
 
     /// Items waiting to be written.
     pub fn queue_depth(&self) -> usize {
         self.capacity - self.tx.capacity()
-    }
-
-    /// Whether the queue is three quarters full: the database is far behind, and a request that
-    /// queues an item now may have to wait for room.
-    pub fn is_backlogged(&self) -> bool {
-        self.queue_depth() >= self.capacity - self.capacity / 4
     }
 
     /// Writes everything queued so far, then stops the writer. A database that stays
@@ -694,7 +747,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_writer_stuck_on_its_database_reports_a_backlog_at_three_quarters() {
+    async fn callers_waiting_for_room_are_timed_from_the_oldest() {
         let mut options = crate::StoreOptions::new("sqlite::memory:");
         options.max_connections = 1;
         let store = Store::connect(&options).await.unwrap();
@@ -702,7 +755,7 @@ mod tests {
         let writer = RunWriter::spawn(
             store,
             WriterOptions {
-                capacity: 8,
+                capacity: 2,
                 batch: 1,
                 max_delay: Duration::ZERO,
                 ..WriterOptions::default()
@@ -721,12 +774,28 @@ mod tests {
         while writer.queue_depth() > 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        for n in 1..=5 {
-            writer.write(item(n)).await.unwrap();
-            assert!(!writer.is_backlogged(), "backlogged at {n} of 8");
-        }
-        writer.write(item(6)).await.unwrap();
-        assert_eq!(writer.queue_depth(), 6);
-        assert!(writer.is_backlogged());
+        writer.write(item(1)).await.unwrap();
+        writer.write(item(2)).await.unwrap();
+        assert_eq!(writer.longest_wait(), Duration::ZERO, "nobody waits yet");
+
+        let first = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.write(item(3)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let before_second = std::time::Instant::now();
+        let second = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.write(item(4)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        assert!(writer.longest_wait() >= Duration::from_millis(30));
+        // A caller that gives up leaves; the next oldest is timed.
+        first.abort();
+        let _ = first.await;
+        assert!(writer.longest_wait() <= before_second.elapsed());
+        second.abort();
+        let _ = second.await;
+        assert_eq!(writer.longest_wait(), Duration::ZERO);
     }
 }
