@@ -98,6 +98,23 @@ async fn the_document_lists_every_route_and_every_listed_route_exists() {
             "{method} {path} is served but missing from the OpenAPI document"
         );
     }
+    // Every authenticated operation documents load shedding's 503; public ones are never shed.
+    for (method, path, needs_auth) in routes(&doc) {
+        let operation = &doc["paths"][&path][method.as_str().to_lowercase()];
+        let documented = &operation["responses"]["503"]["$ref"];
+        if needs_auth {
+            assert_eq!(
+                documented, "#/components/responses/Overloaded",
+                "{method} {path}"
+            );
+        } else {
+            assert!(documented.is_null(), "{method} {path} is never shed");
+        }
+    }
+    assert_eq!(
+        doc["components"]["responses"]["Overloaded"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/ErrorResponse"
+    );
     // And nothing documented is missing from the router (405/404 from the router means absent).
     for (method, path) in &documented {
         let concrete = path.replace('{', "x").replace('}', "");

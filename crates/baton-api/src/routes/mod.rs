@@ -37,8 +37,36 @@ pub(crate) fn public_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(openapi::openapi_json))
 }
 
-/// Routes that need an API key or session token (the auth layer is added by the caller).
+/// Routes that need an API key or session token (the auth layer is added by the caller; so is
+/// load shedding, documented here as every such route's 503).
 pub(crate) fn protected_routes() -> OpenApiRouter<AppState> {
+    let mut router = protected_route_list();
+    document_shedding(router.get_openapi_mut());
+    router
+}
+
+/// Adds load shedding's answer (`overload.rs`) to every operation of `api`.
+fn document_shedding(api: &mut utoipa::openapi::OpenApi) {
+    let overloaded = utoipa::openapi::Ref::new(openapi::OVERLOADED_RESPONSE_REF);
+    for item in api.paths.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation
+                .responses
+                .responses
+                .entry("503".into())
+                .or_insert_with(|| overloaded.clone().into());
+        }
+    }
+}
+
+fn protected_route_list() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(api_keys::list_api_keys, api_keys::create_api_key))
         .routes(routes!(api_keys::get_api_key, api_keys::revoke_api_key))

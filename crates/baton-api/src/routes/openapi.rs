@@ -16,7 +16,7 @@ use crate::error::{ErrorDetail, ErrorResponse};
         title = "Baton",
         description = "Multi-tenant LLM orchestration: one API over seven providers, versioned prompt flows, tool-calling and agent trees, routing and cost tracking.",
     ),
-    modifiers(&BearerAuth),
+    modifiers(&BearerAuth, &OverloadedResponse),
     security(("bearer" = [])),
     components(schemas(ErrorResponse, ErrorDetail)),
     tags(
@@ -52,6 +52,34 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+    }
+}
+
+/// Where every authenticated operation's 503 points.
+pub(crate) const OVERLOADED_RESPONSE_REF: &str = "#/components/responses/Overloaded";
+
+/// Load shedding's answer (`overload.rs`), shared by every authenticated operation.
+struct OverloadedResponse;
+
+impl Modify for OverloadedResponse {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::schema::{Object, Type};
+        use utoipa::openapi::{Content, Header, Ref, ResponseBuilder};
+
+        let response = ResponseBuilder::new()
+            .description(
+                "Overloaded (`OVERLOADED`): refused before anything ran; retry after `Retry-After` seconds",
+            )
+            .content(
+                "application/json",
+                Content::new(Some(Ref::from_schema_name("ErrorResponse"))),
+            )
+            .header("Retry-After", Header::new(Object::with_type(Type::Integer)))
+            .build();
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components
+            .responses
+            .insert("Overloaded".into(), response.into());
     }
 }
 
