@@ -246,41 +246,15 @@ mod tests {
 
     #[tokio::test]
     async fn a_standing_wait_for_room_in_the_log_queue_sheds() {
-        use baton_domain::TenantId;
-        use baton_domain::run::RunKind;
-        use baton_store::runs::{LogItem, WriterOptions, new_record};
+        use baton_store::runs::test_support::{run_item, stuck_writer};
 
-        // A writer whose database is gone keeps retrying its first item; the queue (one place)
-        // fills and the next caller waits for room for as long as the database stays away.
-        let mut options = baton_store::StoreOptions::new("sqlite::memory:");
-        options.max_connections = 1;
-        let store = baton_store::Store::connect(&options).await.unwrap();
-        store.clone().close().await.unwrap();
-        let writer = RunWriter::spawn(
-            store,
-            WriterOptions {
-                capacity: 1,
-                batch: 1,
-                max_delay: Duration::ZERO,
-                ..WriterOptions::default()
-            },
-        );
-        let item = |n: usize| {
-            LogItem::Run(Box::new(new_record(
-                format!("run-{n}"),
-                TenantId::new("t"),
-                RunKind::Chat,
-                "m".into(),
-            )))
-        };
-        writer.write(item(0)).await.unwrap();
-        while writer.queue_depth() > 0 {
-            tokio::time::sleep(MS).await;
-        }
-        writer.write(item(1)).await.unwrap();
+        // The database is gone: the queue (one place) fills and the next caller waits for room
+        // for as long as it stays away.
+        let writer = stuck_writer(1).await;
+        writer.write(run_item(1)).await.unwrap();
         let waiting = tokio::spawn({
             let writer = writer.clone();
-            async move { writer.write(item(2)).await }
+            async move { writer.write(run_item(2)).await }
         });
 
         let overload = Overload::new(OverloadConfig {

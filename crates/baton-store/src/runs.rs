@@ -740,53 +740,74 @@ pub fn new_record(
     RunRecord::pending(id, tenant, kind, requested_model)
 }
 
-#[cfg(test)]
-mod tests {
+/// Writers for tests of back-pressure and load shedding (feature `test-support`).
+#[cfg(any(test, feature = "test-support"))]
+#[allow(
+    clippy::expect_used,
+    reason = "test set-up: a failure here is a broken test, reported at once"
+)]
+pub mod test_support {
+    use baton_domain::TenantId;
     use baton_domain::run::RunKind;
 
+    use super::{LogItem, RunWriter, WriterOptions, new_record};
+    use crate::{Store, StoreOptions};
+
+    /// A writer whose database is gone: it has taken one item and retries it without end, so
+    /// its queue of `capacity` places fills and callers then wait for room.
+    pub async fn stuck_writer(capacity: usize) -> RunWriter {
+        let mut options = StoreOptions::new("sqlite::memory:");
+        options.max_connections = 1;
+        let store = Store::connect(&options).await.expect("in-memory SQLite");
+        store.clone().close().await.expect("close");
+        let writer = RunWriter::spawn(
+            store,
+            WriterOptions {
+                capacity,
+                batch: 1,
+                max_delay: std::time::Duration::ZERO,
+                ..WriterOptions::default()
+            },
+        );
+        writer.write(run_item(0)).await.expect("queued");
+        while writer.queue_depth() > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        writer
+    }
+
+    /// A pending run to queue.
+    pub fn run_item(n: usize) -> LogItem {
+        LogItem::Run(Box::new(new_record(
+            format!("run-{n}"),
+            TenantId::new("t"),
+            RunKind::Chat,
+            "m".into(),
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_support::{run_item, stuck_writer};
     use super::*;
 
     #[tokio::test]
     async fn callers_waiting_for_room_are_timed_from_the_oldest() {
-        let mut options = crate::StoreOptions::new("sqlite::memory:");
-        options.max_connections = 1;
-        let store = Store::connect(&options).await.unwrap();
-        store.clone().close().await.unwrap();
-        let writer = RunWriter::spawn(
-            store,
-            WriterOptions {
-                capacity: 2,
-                batch: 1,
-                max_delay: Duration::ZERO,
-                ..WriterOptions::default()
-            },
-        );
-        let item = |n: usize| {
-            LogItem::Run(Box::new(new_record(
-                format!("run-{n}"),
-                TenantId::new("t"),
-                RunKind::Chat,
-                "m".into(),
-            )))
-        };
-        // The writer takes the first item and keeps retrying it against the closed database.
-        writer.write(item(0)).await.unwrap();
-        while writer.queue_depth() > 0 {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
-        writer.write(item(1)).await.unwrap();
-        writer.write(item(2)).await.unwrap();
+        let writer = stuck_writer(2).await;
+        writer.write(run_item(1)).await.unwrap();
+        writer.write(run_item(2)).await.unwrap();
         assert_eq!(writer.longest_wait(), Duration::ZERO, "nobody waits yet");
 
         let first = tokio::spawn({
             let writer = writer.clone();
-            async move { writer.write(item(3)).await }
+            async move { writer.write(run_item(3)).await }
         });
         tokio::time::sleep(Duration::from_millis(30)).await;
         let before_second = std::time::Instant::now();
         let second = tokio::spawn({
             let writer = writer.clone();
-            async move { writer.write(item(4)).await }
+            async move { writer.write(run_item(4)).await }
         });
         tokio::time::sleep(Duration::from_millis(5)).await;
         assert!(writer.longest_wait() >= Duration::from_millis(30));
