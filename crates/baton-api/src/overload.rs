@@ -82,10 +82,6 @@ impl Overload {
         })
     }
 
-    pub fn config(&self) -> OverloadConfig {
-        self.config
-    }
-
     /// Whether new API requests are being refused.
     pub fn is_shedding(&self) -> bool {
         self.shedding.load(Ordering::Relaxed)

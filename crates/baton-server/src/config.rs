@@ -121,8 +121,9 @@ pub struct ServerConfig {
     pub request_timeout_secs: u64,
     /// How long shutdown waits for in-flight requests.
     pub shutdown_grace_secs: u64,
-    /// Load shedding: the runtime's scheduling delay tolerated as a standing queue before API
-    /// requests are refused with 503 `OVERLOADED`; 0 turns shedding off.
+    /// Load shedding: the queueing delay (the runtime's scheduling delay, or requests' wait for
+    /// room in the log queue) tolerated as a standing queue before API requests are refused
+    /// with 503 `OVERLOADED`; 0 turns shedding off.
     pub shed_queue_delay_ms: u64,
     /// How long that delay must stay above `shed_queue_delay_ms` before shedding starts.
     pub shed_interval_ms: u64,

@@ -1,8 +1,9 @@
 //! The invocation log: runs, their tags and stored events, written in batches by [`RunWriter`].
 
-use std::collections::{HashMap, HashSet};
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
 use baton_domain::chat::Usage;
 use baton_domain::logs::RunLogEntry;
@@ -446,25 +447,21 @@ pub struct RunWriter {
     capacity: usize,
     /// Set by [`RunWriter::close`] at once, so a batch retrying against an unreachable
     /// database (ahead of the close message in the queue) stops retrying without end.
-    closing: std::sync::Arc<watch::Sender<bool>>,
+    closing: Arc<watch::Sender<bool>>,
     /// Callers waiting for room in a full queue (load shedding reads the longest wait).
-    waiters: std::sync::Arc<Waiters>,
+    waiters: Arc<Waiters>,
 }
 
-/// When each caller now waiting for room started waiting, oldest first.
+/// When each caller now waiting for room started waiting (with an id to leave by), oldest first.
 #[derive(Default)]
 struct Waiters {
-    next_id: std::sync::atomic::AtomicU64,
-    waiting: std::sync::Mutex<std::collections::VecDeque<(u64, std::time::Instant)>>,
+    next_id: AtomicU64,
+    waiting: Mutex<VecDeque<(u64, Instant)>>,
 }
 
 impl Waiters {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, std::collections::VecDeque<(u64, std::time::Instant)>> {
-        self.waiting
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, VecDeque<(u64, Instant)>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -476,10 +473,8 @@ struct Waiting<'a> {
 
 impl<'a> Waiting<'a> {
     fn start(waiters: &'a Waiters) -> Waiting<'a> {
-        let id = waiters
-            .next_id
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        waiters.lock().push_back((id, std::time::Instant::now()));
+        let id = waiters.next_id.fetch_add(1, Ordering::Relaxed);
+        waiters.lock().push_back((id, Instant::now()));
         Waiting { waiters, id }
     }
 }
@@ -502,7 +497,7 @@ pub struct WriterOptions {
     /// Where budget alerts reached by written runs go (to be delivered to webhooks).
     pub alerts: Option<mpsc::UnboundedSender<BudgetAlert>>,
     /// Told about every written batch.
-    pub observer: Option<std::sync::Arc<dyn WrittenRuns>>,
+    pub observer: Option<Arc<dyn WrittenRuns>>,
 }
 
 impl std::fmt::Debug for WriterOptions {
@@ -535,8 +530,8 @@ impl RunWriter {
         RunWriter {
             tx,
             capacity: options.capacity.max(1),
-            closing: std::sync::Arc::new(closing),
-            waiters: std::sync::Arc::default(),
+            closing: Arc::new(closing),
+            waiters: Arc::default(),
         }
     }
 
@@ -804,7 +799,7 @@ mod tests {
             async move { writer.write(run_item(3)).await }
         });
         tokio::time::sleep(Duration::from_millis(30)).await;
-        let before_second = std::time::Instant::now();
+        let before_second = Instant::now();
         let second = tokio::spawn({
             let writer = writer.clone();
             async move { writer.write(run_item(4)).await }
