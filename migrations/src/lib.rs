@@ -16,6 +16,7 @@ mod m20261123_000001_run_log_entries;
 mod m20261123_000002_budgets;
 mod m20261123_000003_flow_stats_index;
 mod m20261123_000004_run_budget_holds;
+mod m20261124_000001_leaner_run_log;
 
 pub struct Migrator;
 
@@ -32,6 +33,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000002_budgets::Migration),
             Box::new(m20261123_000003_flow_stats_index::Migration),
             Box::new(m20261123_000004_run_budget_holds::Migration),
+            Box::new(m20261124_000001_leaner_run_log::Migration),
         ]
     }
 }

@@ -8,6 +8,7 @@
 mod bulk;
 mod entity;
 mod error;
+mod event_pages;
 mod time;
 
 pub mod abandoned;

@@ -11,9 +11,9 @@ use baton_domain::run::{RawJson, RunRecord, StoredEvent};
 use baton_domain::settings::TenantSettings;
 use baton_domain::{TenantId, Timestamp};
 use sea_orm::sea_query::{Expr, ExprTrait};
-use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect, Set};
+use sea_orm::{ColumnTrait, EntityTrait, QueryFilter, QueryOrder, QuerySelect};
 
-use crate::entity::{run_events, runs, tenants};
+use crate::entity::{runs, tenants};
 use crate::time::to_millis;
 use crate::{Store, StoreResult};
 
@@ -174,21 +174,7 @@ impl Store {
             .filter(runs::Column::Id.is_in(ids.iter().map(String::as_str)))
             .exec(&txn)
             .await?;
-        let events = run_events::Entity::find()
-            .filter(run_events::Column::TenantId.eq(tenant.as_str()))
-            .filter(run_events::Column::RunId.is_in(ids.iter().map(String::as_str)))
-            .all(&txn)
-            .await?;
-        for event in events {
-            let Ok(mut payload) = serde_json::from_str::<serde_json::Value>(&event.payload) else {
-                continue;
-            };
-            if strip_event_text(&mut payload) {
-                let mut active: run_events::ActiveModel = event.into();
-                active.payload = Set(payload.to_string());
-                run_events::Entity::update(active).exec(&txn).await?;
-            }
-        }
+        crate::event_pages::strip_text(&txn, tenant, &ids).await?;
         txn.commit().await?;
         Ok(ids.len() as u64)
     }

@@ -19,7 +19,8 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::budgets::BudgetAlert;
 use crate::bulk::{BulkInsert, OnConflict};
-use crate::entity::{run_events, run_tags, runs};
+use crate::entity::{run_tags, runs};
+use crate::event_pages::{PAGE_INSERT, page_rows};
 use crate::retention::TextSampling;
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreError, StoreResult};
@@ -136,8 +137,6 @@ static RUN_INSERT: LazyLock<BulkInsert> = LazyLock::new(|| {
 });
 static TAG_INSERT: LazyLock<BulkInsert> =
     LazyLock::new(|| BulkInsert::of::<run_tags::Entity>(OnConflict::IgnoreKey(&["run_id", "tag"])));
-static EVENT_INSERT: LazyLock<BulkInsert> =
-    LazyLock::new(|| BulkInsert::of::<run_events::Entity>(OnConflict::Ignore));
 
 fn from_model(m: runs::Model) -> RunRecord {
     // Stored by this crate as JSON; text that is not reads as absent.
@@ -271,21 +270,7 @@ impl Store {
         RUN_INSERT.insert(&txn, rows).await?;
         // Tags and events after every run row: they refer to their run.
         TAG_INSERT.insert(&txn, tags).await?;
-        let mut event_rows: Vec<Value> = Vec::with_capacity(events.len() * EVENT_INSERT.width());
-        for (tenant, event) in events {
-            for column in run_events::Column::iter() {
-                event_rows.push(match column {
-                    run_events::Column::Id => event.id.clone().into(),
-                    run_events::Column::RunId => event.run_id.clone().into(),
-                    run_events::Column::TenantId => tenant.as_str().to_string().into(),
-                    run_events::Column::Seq => i32::try_from(event.seq).unwrap_or(i32::MAX).into(),
-                    run_events::Column::EventType => event.event_type.clone().into(),
-                    run_events::Column::Payload => event.payload.as_str().to_string().into(),
-                    run_events::Column::CreatedAt => to_millis(event.created_at).into(),
-                });
-            }
-        }
-        EVENT_INSERT.insert(&txn, event_rows).await?;
+        PAGE_INSERT.insert(&txn, page_rows(events)).await?;
         // Spend counts against budgets in the same transaction as the rows: never twice, never
         // lost.
         let alerts = self.charge_budgets(&txn, records, &settled).await?;
@@ -390,31 +375,6 @@ impl Store {
             .await?
             .into_iter()
             .map(from_model)
-            .collect())
-    }
-
-    pub async fn run_events(
-        &self,
-        tenant: &TenantId,
-        run_id: &str,
-    ) -> StoreResult<Vec<StoredEvent>> {
-        Ok(run_events::Entity::find()
-            .filter(run_events::Column::TenantId.eq(tenant.as_str()))
-            .filter(run_events::Column::RunId.eq(run_id))
-            .order_by_asc(run_events::Column::Seq)
-            .all(self.conn())
-            .await?
-            .into_iter()
-            .map(|m| StoredEvent {
-                id: m.id,
-                run_id: m.run_id,
-                seq: u32::try_from(m.seq).unwrap_or(0),
-                event_type: m.event_type,
-                // Written by this crate as JSON; a row that is not reads as `null`.
-                payload: RawJson::from_text(m.payload)
-                    .unwrap_or_else(|_| RawJson::of(&serde_json::Value::Null)),
-                created_at: from_millis(m.created_at),
-            })
             .collect())
     }
 }

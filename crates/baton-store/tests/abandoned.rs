@@ -8,62 +8,14 @@ use std::time::Duration;
 use baton_domain::budget::{Budget, BudgetHold, BudgetInput};
 use baton_domain::run::{RunKind, RunRecord, RunStatus};
 use baton_domain::{TenantId, Timestamp};
+use baton_store::Store;
 use baton_store::abandoned::RUN_ABANDONED;
-use baton_store::{Store, StoreOptions};
+
+mod support;
+use support::database;
 
 const HOUR: Duration = Duration::from_secs(3600);
 const WINDOW_START_MS: i64 = 1_767_225_600_000;
-
-struct Db {
-    store: Store,
-    cleanup: Option<(String, String)>,
-    path: Option<std::path::PathBuf>,
-}
-
-async fn database(label: &str) -> Db {
-    let unique = format!(
-        "{label}_{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
-    let (url, cleanup, path) = match std::env::var("BATON_TEST_DATABASE_URL") {
-        Ok(admin) if admin.starts_with("postgres") => {
-            let name = format!("baton_s_{unique}");
-            let url = baton_store::provision::create_postgres_database(&admin, &name)
-                .await
-                .unwrap();
-            (url, Some((admin, name)), None)
-        }
-        _ => {
-            let path = std::env::temp_dir().join(format!("baton_{unique}.db"));
-            (format!("sqlite://{}", path.display()), None, Some(path))
-        }
-    };
-    let store = Store::connect(&StoreOptions::new(url)).await.unwrap();
-    store.migrate().await.unwrap();
-    Db {
-        store,
-        cleanup,
-        path,
-    }
-}
-
-impl Db {
-    async fn drop_database(self) {
-        let _ = self.store.close().await;
-        if let Some((admin, name)) = self.cleanup {
-            let _ = baton_store::provision::drop_postgres_database(&admin, &name).await;
-        }
-        if let Some(path) = self.path {
-            for suffix in ["", "-wal", "-shm"] {
-                let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
-            }
-        }
-    }
-}
 
 async fn budget(store: &Store, tenant: &TenantId) -> Budget {
     let input = BudgetInput {

@@ -13,7 +13,7 @@ pub mod flow_versions;
 pub mod flows;
 pub mod mcp_servers;
 pub mod routing_rules;
-pub mod run_events;
+pub mod run_event_pages;
 pub mod run_log_entries;
 pub mod run_tags;
 pub mod runs;

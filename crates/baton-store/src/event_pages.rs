@@ -1,0 +1,214 @@
+//! A run's stored events (`/llm-logs/{id}/events`), kept in pages: one row per write of a run's
+//! events, holding them as a JSON array. A one-call request writes one row where a row per
+//! event wrote four, each into three B-trees (docs/performance.md "Fewer B-trees per request").
+//!
+//! Page format, shared with the migration that introduced it: an array of
+//! `{"id", "seq", "type", "at" (epoch ms), "payload" (the event envelope)}` in `seq` order, the
+//! row's `first_seq` being the first event's `seq`.
+
+use std::sync::LazyLock;
+
+use baton_domain::TenantId;
+use baton_domain::retention::strip_event_text;
+use baton_domain::run::{RawJson, StoredEvent};
+use sea_orm::sea_query::Expr;
+use sea_orm::{
+    ColumnTrait, ConnectionTrait, EntityTrait, Iterable, QueryFilter, QueryOrder, Value,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::bulk::{BulkInsert, OnConflict};
+use crate::entity::run_event_pages;
+use crate::time::{from_millis, to_millis};
+use crate::{Store, StoreError, StoreResult};
+
+/// A retried write finds its pages stored (same run, same first event) and keeps them.
+pub(crate) static PAGE_INSERT: LazyLock<BulkInsert> =
+    LazyLock::new(|| BulkInsert::of::<run_event_pages::Entity>(OnConflict::Ignore));
+
+/// One event of a page, as written (borrowed from the batch: nothing copied to serialise it).
+#[derive(Serialize)]
+struct PagedEventRef<'a> {
+    id: &'a str,
+    seq: u32,
+    #[serde(rename = "type")]
+    event_type: &'a str,
+    at: i64,
+    payload: &'a RawJson,
+}
+
+/// One event of a page, as read.
+#[derive(Serialize, Deserialize)]
+struct PagedEvent {
+    id: String,
+    seq: u32,
+    #[serde(rename = "type")]
+    event_type: String,
+    at: i64,
+    payload: RawJson,
+}
+
+/// The page rows of a batch's `events` (values in [`PAGE_INSERT`]'s column order): consecutive
+/// events of one run share a page.
+pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
+    let same_run = |(a_tenant, a): &(TenantId, StoredEvent),
+                    (b_tenant, b): &(TenantId, StoredEvent)| {
+        a_tenant == b_tenant && a.run_id == b.run_id
+    };
+    let mut rows = Vec::new();
+    for page in events.chunk_by(same_run) {
+        let Some((tenant, first)) = page.first() else {
+            continue;
+        };
+        let listed: Vec<PagedEventRef<'_>> = page
+            .iter()
+            .map(|(_, event)| PagedEventRef {
+                id: &event.id,
+                seq: event.seq,
+                event_type: &event.event_type,
+                at: to_millis(event.created_at),
+                payload: &event.payload,
+            })
+            .collect();
+        // Borrowed strings, numbers and already-checked JSON: serialising cannot fail.
+        let text = serde_json::to_string(&listed).unwrap_or_else(|_| "[]".to_string());
+        for column in run_event_pages::Column::iter() {
+            rows.push(match column {
+                run_event_pages::Column::TenantId => tenant.as_str().to_string().into(),
+                run_event_pages::Column::RunId => first.run_id.clone().into(),
+                run_event_pages::Column::FirstSeq => {
+                    i32::try_from(first.seq).unwrap_or(i32::MAX).into()
+                }
+                run_event_pages::Column::Events => text.clone().into(),
+                run_event_pages::Column::CreatedAt => to_millis(first.created_at).into(),
+            });
+        }
+    }
+    rows
+}
+
+fn read_page(page: &run_event_pages::Model) -> StoreResult<Vec<PagedEvent>> {
+    serde_json::from_str(&page.events).map_err(|error| {
+        StoreError::Corrupt(
+            "run event page",
+            format!("run {} from event {}: {error}", page.run_id, page.first_seq),
+        )
+    })
+}
+
+impl Store {
+    /// The stored events of a run, in the order they were emitted.
+    pub async fn run_events(
+        &self,
+        tenant: &TenantId,
+        run_id: &str,
+    ) -> StoreResult<Vec<StoredEvent>> {
+        let pages = run_event_pages::Entity::find()
+            .filter(run_event_pages::Column::TenantId.eq(tenant.as_str()))
+            .filter(run_event_pages::Column::RunId.eq(run_id))
+            .order_by_asc(run_event_pages::Column::FirstSeq)
+            .all(self.conn())
+            .await?;
+        let mut events = Vec::new();
+        for page in &pages {
+            events.extend(read_page(page)?.into_iter().map(|event| StoredEvent {
+                id: event.id,
+                run_id: page.run_id.clone(),
+                seq: event.seq,
+                event_type: event.event_type,
+                payload: event.payload,
+                created_at: from_millis(event.at),
+            }));
+        }
+        // Pages of one run never overlap; a stable sort keeps any that did in write order.
+        events.sort_by_key(|event| event.seq);
+        Ok(events)
+    }
+}
+
+/// Strips the text (prompts, answers, tool arguments and results) from the stored events of
+/// the tenant's runs `run_ids`, in `conn`'s transaction.
+pub(crate) async fn strip_text<C: ConnectionTrait>(
+    conn: &C,
+    tenant: &TenantId,
+    run_ids: &[String],
+) -> StoreResult<()> {
+    let pages = run_event_pages::Entity::find()
+        .filter(run_event_pages::Column::TenantId.eq(tenant.as_str()))
+        .filter(run_event_pages::Column::RunId.is_in(run_ids.iter().map(String::as_str)))
+        .all(conn)
+        .await?;
+    for page in pages {
+        let mut events = read_page(&page)?;
+        let mut stripped = false;
+        for event in &mut events {
+            let mut envelope = event.payload.to_value();
+            if strip_event_text(&mut envelope) {
+                event.payload = RawJson::of(&envelope);
+                stripped = true;
+            }
+        }
+        if !stripped {
+            continue;
+        }
+        let text = serde_json::to_string(&events).map_err(|error| {
+            StoreError::Corrupt("run event page", format!("run {}: {error}", page.run_id))
+        })?;
+        run_event_pages::Entity::update_many()
+            .col_expr(run_event_pages::Column::Events, Expr::value(text))
+            .filter(run_event_pages::Column::TenantId.eq(page.tenant_id.as_str()))
+            .filter(run_event_pages::Column::RunId.eq(page.run_id.as_str()))
+            .filter(run_event_pages::Column::FirstSeq.eq(page.first_seq))
+            .exec(conn)
+            .await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use baton_domain::Timestamp;
+
+    fn event(run: &str, seq: u32) -> StoredEvent {
+        StoredEvent {
+            id: format!("{run}-{seq}"),
+            run_id: run.to_string(),
+            seq,
+            event_type: "requestStarted".to_string(),
+            payload: RawJson::of(&serde_json::json!({ "seq": seq })),
+            created_at: Timestamp::now(),
+        }
+    }
+
+    fn text(value: &Value) -> &str {
+        match value {
+            Value::String(Some(text)) => text,
+            other => panic!("not text: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn consecutive_events_of_one_run_share_a_page() {
+        let a = TenantId::new("a".to_string());
+        let b = TenantId::new("b".to_string());
+        let events = vec![
+            (a.clone(), event("r1", 0)),
+            (a.clone(), event("r1", 3)),
+            (a.clone(), event("r2", 0)),
+            (b.clone(), event("r2", 1)),
+        ];
+        let rows = page_rows(&events);
+        let width = PAGE_INSERT.width();
+        assert_eq!(rows.len(), 3 * width, "r1 of a, r2 of a, r2 of b");
+        let first: Vec<serde_json::Value> = serde_json::from_str(text(&rows[3])).unwrap();
+        assert_eq!(first.len(), 2);
+        assert_eq!(first[1]["seq"], 3);
+        assert_eq!(first[1]["id"], "r1-3");
+        assert_eq!(first[1]["type"], "requestStarted");
+        assert_eq!(first[1]["payload"], serde_json::json!({ "seq": 3 }));
+        assert_eq!(rows[width + 1], Value::from("r2".to_string()));
+        assert_eq!(rows[2 * width], Value::from("b".to_string()));
+        assert_eq!(rows[2 * width + 2], Value::from(1));
+    }
+}

@@ -1,0 +1,180 @@
+//! A run's stored events, kept in pages (one row per write): read back whole and in order, a
+//! retried write stored once, another tenant's run invisible, and the events of a database
+//! from before pages carried over by the migration (and back by its `down`). SQLite by
+//! default; PostgreSQL with `BATON_TEST_DATABASE_URL=postgres://...`.
+
+#![allow(clippy::unwrap_used)]
+
+use baton_domain::run::{RawJson, StoredEvent};
+use baton_domain::{TenantId, Timestamp};
+use baton_migrations::{Migrator, MigratorTrait};
+use baton_store::{Store, StoreOptions};
+use sea_orm::sea_query::{Alias, Expr, Query};
+use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
+use serde_json::json;
+
+mod support;
+use support::{Scratch, database};
+
+const PAGES_MIGRATION: &str = "m20261124_000001_leaner_run_log";
+
+fn event(run: &str, seq: u32, event_type: &str) -> StoredEvent {
+    StoredEvent {
+        id: format!("{run}-event-{seq}"),
+        run_id: run.to_string(),
+        seq,
+        event_type: event_type.to_string(),
+        payload: RawJson::of(&json!({"type": event_type, "data": {"seq": seq}})),
+        created_at: Timestamp::now(),
+    }
+}
+
+fn summary(events: &[StoredEvent]) -> Vec<(String, u32, String, serde_json::Value)> {
+    events
+        .iter()
+        .map(|e| {
+            (
+                e.id.clone(),
+                e.seq,
+                e.event_type.clone(),
+                e.payload.to_value(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn events_written_in_several_batches_read_back_once_and_in_order() {
+    let db = database("pages").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let other = store.create_tenant("other").await.unwrap().id;
+    let first: Vec<(TenantId, StoredEvent)> = [
+        event("run-1", 0, "requestStarted"),
+        event("run-1", 2, "toolStarted"),
+    ]
+    .into_iter()
+    .map(|e| (tenant.clone(), e))
+    .collect();
+    let second: Vec<(TenantId, StoredEvent)> = vec![
+        (tenant.clone(), event("run-2", 0, "requestStarted")),
+        (tenant.clone(), event("run-1", 5, "requestCompleted")),
+    ];
+    store.write_runs(&[], &first).await.unwrap();
+    // A retried batch (its first attempt's commit was not seen) keeps what is stored.
+    store.write_runs(&[], &first).await.unwrap();
+    store.write_runs(&[], &second).await.unwrap();
+
+    let read = store.run_events(&tenant, "run-1").await.unwrap();
+    let expected: Vec<StoredEvent> =
+        vec![first[0].1.clone(), first[1].1.clone(), second[1].1.clone()];
+    assert_eq!(summary(&read), summary(&expected));
+    assert!(read.iter().all(|e| e.run_id == "run-1"));
+    assert_eq!(
+        read[0].created_at.0.timestamp_millis(),
+        first[0].1.created_at.0.timestamp_millis()
+    );
+    assert_eq!(store.run_events(&tenant, "run-2").await.unwrap().len(), 1);
+    assert!(
+        store.run_events(&other, "run-1").await.unwrap().is_empty(),
+        "another tenant's run reads as having no events"
+    );
+    db.drop_database().await;
+}
+
+/// The URL a plain sea-orm connection opens (SQLite needs telling to create the file).
+fn raw_url(scratch: &Scratch) -> String {
+    if scratch.url.starts_with("sqlite:") {
+        format!("{}?mode=rwc", scratch.url)
+    } else {
+        scratch.url.clone()
+    }
+}
+
+async fn legacy_event_count(db: &DatabaseConnection) -> i64 {
+    let mut count = Query::select();
+    count
+        .expr(Expr::cust("COUNT(*)"))
+        .from(Alias::new("run_events"));
+    let row = db.query_one(&count).await.unwrap().unwrap();
+    row.try_get_by_index::<i64>(0).unwrap()
+}
+
+#[tokio::test]
+async fn the_migration_carries_per_event_rows_to_pages_and_back() {
+    let scratch = Scratch::new("upgrade").await;
+    let db = Database::connect(raw_url(&scratch)).await.unwrap();
+    let before = Migrator::migrations()
+        .iter()
+        .position(|m| m.name() == PAGES_MIGRATION)
+        .unwrap();
+    Migrator::up(&db, Some(u32::try_from(before).unwrap()))
+        .await
+        .unwrap();
+    let store = Store::connect(&StoreOptions::new(scratch.url.clone()))
+        .await
+        .unwrap();
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let legacy = [
+        event("run-1", 0, "requestStarted"),
+        event("run-1", 3, "requestCompleted"),
+        event("run-1", 1, "usageUpdate"),
+        event("run-2", 0, "requestStarted"),
+    ];
+    let mut insert = Query::insert();
+    insert.into_table(Alias::new("run_events")).columns(
+        [
+            "id",
+            "run_id",
+            "tenant_id",
+            "seq",
+            "event_type",
+            "payload",
+            "created_at",
+        ]
+        .map(Alias::new),
+    );
+    for e in &legacy {
+        insert
+            .values([
+                e.id.clone().into(),
+                e.run_id.clone().into(),
+                tenant.as_str().into(),
+                i32::try_from(e.seq).unwrap().into(),
+                e.event_type.clone().into(),
+                e.payload.as_str().into(),
+                e.created_at.0.timestamp_millis().into(),
+            ])
+            .unwrap();
+    }
+    db.execute(&insert).await.unwrap();
+
+    let mut in_order = vec![legacy[0].clone(), legacy[2].clone(), legacy[1].clone()];
+    Migrator::up(&db, None).await.unwrap();
+    let read = store.run_events(&tenant, "run-1").await.unwrap();
+    assert_eq!(summary(&read), summary(&in_order));
+    assert_eq!(
+        read[2].created_at.0.timestamp_millis(),
+        legacy[1].created_at.0.timestamp_millis()
+    );
+    assert_eq!(store.run_events(&tenant, "run-2").await.unwrap().len(), 1);
+
+    // Written after the upgrade, then taken back down: one row per event again.
+    let late = event("run-1", 4, "requestCompleted");
+    store
+        .write_runs(&[], &[(tenant.clone(), late.clone())])
+        .await
+        .unwrap();
+    Migrator::down(&db, Some(1)).await.unwrap();
+    assert_eq!(legacy_event_count(&db).await, 5);
+    Migrator::up(&db, None).await.unwrap();
+    in_order.push(late);
+    assert_eq!(
+        summary(&store.run_events(&tenant, "run-1").await.unwrap()),
+        summary(&in_order)
+    );
+
+    let _ = store.close().await;
+    let _ = db.close().await;
+    scratch.remove().await;
+}
