@@ -15,7 +15,7 @@ use sea_orm::{
     QueryOrder, QuerySelect, Value,
 };
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use crate::budgets::BudgetAlert;
 use crate::bulk::{BulkInsert, OnConflict};
@@ -410,6 +410,11 @@ pub struct RunWriter {
     closing: Arc<watch::Sender<bool>>,
     /// Callers waiting for room in a full queue (load shedding reads the longest wait).
     waiters: Arc<Waiters>,
+    /// Items that make a full batch: the writer is woken when this many are queued.
+    batch: usize,
+    /// Wakes the writer early from its wait for a batch to fill: the batch is full, or a close
+    /// is queued.
+    batch_ready: Arc<Notify>,
 }
 
 /// When each caller now waiting for room started waiting (with an id to leave by), oldest first.
@@ -486,12 +491,21 @@ impl RunWriter {
     pub fn spawn(store: Store, options: WriterOptions) -> RunWriter {
         let (tx, rx) = mpsc::channel(options.capacity.max(1));
         let (closing, closing_rx) = watch::channel(false);
-        tokio::spawn(run_writer(store, rx, closing_rx, options.clone()));
+        let batch_ready = Arc::new(Notify::new());
+        tokio::spawn(run_writer(
+            store,
+            rx,
+            closing_rx,
+            batch_ready.clone(),
+            options.clone(),
+        ));
         RunWriter {
             tx,
             capacity: options.capacity.max(1),
             closing: Arc::new(closing),
             waiters: Arc::default(),
+            batch: options.batch.max(1),
+            batch_ready,
         }
     }
 
@@ -499,7 +513,12 @@ impl RunWriter {
     pub async fn write(&self, item: LogItem) -> StoreResult<()> {
         let stopped = || StoreError::Unavailable("the invocation log writer has stopped".into());
         match self.tx.try_send(Message::Item(item)) {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if self.queue_depth() >= self.batch {
+                    self.batch_ready.notify_one();
+                }
+                Ok(())
+            }
             Err(mpsc::error::TrySendError::Closed(_)) => Err(stopped()),
             Err(mpsc::error::TrySendError::Full(message)) => {
                 let _waiting = Waiting::start(&self.waiters);
@@ -528,6 +547,7 @@ impl RunWriter {
         self.closing.send_replace(true);
         let (ack, done) = oneshot::channel();
         if self.tx.send(Message::Close(ack)).await.is_ok() {
+            self.batch_ready.notify_one();
             let _ = done.await;
         }
     }
@@ -537,25 +557,29 @@ async fn run_writer(
     store: Store,
     mut rx: mpsc::Receiver<Message>,
     closing: watch::Receiver<bool>,
+    batch_ready: Arc<Notify>,
     options: WriterOptions,
 ) {
     let mut buffer: Vec<Message> = Vec::with_capacity(options.batch);
     let mut sampling = TextSampling::default();
+    let is_close = |m: &Message| matches!(m, Message::Close(_));
     loop {
         if rx.recv_many(&mut buffer, options.batch).await == 0 {
             return;
         }
-        // Give a batch a moment to fill when the first item arrives alone.
-        if buffer.len() < options.batch {
-            let deadline = tokio::time::sleep(options.max_delay);
-            tokio::pin!(deadline);
+        // Give a batch a moment to fill when the first item arrives alone: one wake-up at
+        // the deadline (or when the queue holds a full batch, or a close), not one per item,
+        // which at a modest rate cost a task wake-up per request.
+        if buffer.len() < options.batch && !buffer.iter().any(is_close) {
+            tokio::select! {
+                () = tokio::time::sleep(options.max_delay) => {}
+                () = batch_ready.notified() => {}
+            }
             while buffer.len() < options.batch {
-                let room = options.batch - buffer.len();
-                tokio::select! {
-                    () = &mut deadline => break,
-                    received = rx.recv_many(&mut buffer, room) => if received == 0 { break },
-                }
-                if buffer.iter().any(|m| matches!(m, Message::Close(_))) {
+                let Ok(message) = rx.try_recv() else { break };
+                let close = is_close(&message);
+                buffer.push(message);
+                if close {
                     break;
                 }
             }
@@ -773,5 +797,87 @@ mod tests {
         second.abort();
         let _ = second.await;
         assert_eq!(writer.longest_wait(), Duration::ZERO);
+    }
+
+    /// Reports each written batch's size.
+    struct Batches(mpsc::UnboundedSender<usize>);
+
+    impl WrittenRuns for Batches {
+        fn written(&self, records: &[RunRecord]) {
+            let _ = self.0.send(records.len());
+        }
+    }
+
+    async fn writer(
+        batch: usize,
+        max_delay: Duration,
+    ) -> (RunWriter, TenantId, mpsc::UnboundedReceiver<usize>) {
+        let mut options = crate::StoreOptions::new("sqlite::memory:");
+        // One connection: each in-memory SQLite connection is its own database.
+        options.max_connections = 1;
+        let store = Store::connect(&options).await.unwrap();
+        store.migrate().await.unwrap();
+        let tenant = store.create_tenant("t").await.unwrap().id;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let writer = RunWriter::spawn(
+            store,
+            WriterOptions {
+                batch,
+                max_delay,
+                observer: Some(Arc::new(Batches(tx))),
+                ..WriterOptions::default()
+            },
+        );
+        (writer, tenant, rx)
+    }
+
+    fn run(tenant: &TenantId, n: usize) -> LogItem {
+        LogItem::Run(Box::new(new_record(
+            format!("run-{n}"),
+            tenant.clone(),
+            RunKind::Chat,
+            "m".into(),
+        )))
+    }
+
+    #[tokio::test]
+    async fn a_full_batch_is_written_without_waiting_for_the_deadline() {
+        let (writer, tenant, mut written) = writer(4, Duration::from_secs(3600)).await;
+        writer.write(run(&tenant, 0)).await.unwrap();
+        // The writer takes the first item and waits for its batch to fill (for an hour)...
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // ...until the queue holds a full batch.
+        for n in 1..5 {
+            writer.write(run(&tenant, n)).await.unwrap();
+        }
+        let mut total = 0;
+        while total < 4 {
+            total += tokio::time::timeout(Duration::from_secs(30), written.recv())
+                .await
+                .expect("a full batch is written before its deadline")
+                .unwrap();
+        }
+        writer.close().await;
+        while let Ok(count) = written.try_recv() {
+            total += count;
+        }
+        assert_eq!(total, 5, "close writes the rest");
+    }
+
+    #[tokio::test]
+    async fn a_lone_item_is_written_at_the_deadline() {
+        let (writer, tenant, mut written) = writer(256, Duration::from_millis(50)).await;
+        let queued = Instant::now();
+        writer.write(run(&tenant, 0)).await.unwrap();
+        let count = tokio::time::timeout(Duration::from_secs(30), written.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(count, 1);
+        assert!(
+            queued.elapsed() >= Duration::from_millis(50),
+            "written before its batch had its moment to fill"
+        );
+        writer.close().await;
     }
 }
