@@ -1,7 +1,7 @@
 //! The invocation log: runs, their tags and stored events, written in batches by [`RunWriter`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -410,11 +410,25 @@ pub struct RunWriter {
     closing: Arc<watch::Sender<bool>>,
     /// Callers waiting for room in a full queue (load shedding reads the longest wait).
     waiters: Arc<Waiters>,
-    /// Items that make a full batch: the writer is woken when this many are queued.
-    batch: usize,
     /// Wakes the writer early from its wait for a batch to fill: the batch is full, or a close
     /// is queued.
-    batch_ready: Arc<Notify>,
+    batch_ready: Arc<BatchReady>,
+}
+
+/// How the writer, waiting for its batch to fill, is woken when the queue holds the rest.
+struct BatchReady {
+    notify: Notify,
+    /// Items the writer's batch lacks (`usize::MAX` while it is not waiting).
+    missing: AtomicUsize,
+}
+
+impl Default for BatchReady {
+    fn default() -> Self {
+        BatchReady {
+            notify: Notify::new(),
+            missing: AtomicUsize::new(usize::MAX),
+        }
+    }
 }
 
 /// When each caller now waiting for room started waiting (with an id to leave by), oldest first.
@@ -491,7 +505,7 @@ impl RunWriter {
     pub fn spawn(store: Store, options: WriterOptions) -> RunWriter {
         let (tx, rx) = mpsc::channel(options.capacity.max(1));
         let (closing, closing_rx) = watch::channel(false);
-        let batch_ready = Arc::new(Notify::new());
+        let batch_ready = Arc::new(BatchReady::default());
         tokio::spawn(run_writer(
             store,
             rx,
@@ -504,7 +518,6 @@ impl RunWriter {
             capacity: options.capacity.max(1),
             closing: Arc::new(closing),
             waiters: Arc::default(),
-            batch: options.batch.max(1),
             batch_ready,
         }
     }
@@ -514,8 +527,8 @@ impl RunWriter {
         let stopped = || StoreError::Unavailable("the invocation log writer has stopped".into());
         match self.tx.try_send(Message::Item(item)) {
             Ok(()) => {
-                if self.queue_depth() >= self.batch {
-                    self.batch_ready.notify_one();
+                if self.queue_depth() >= self.batch_ready.missing.load(Ordering::SeqCst) {
+                    self.batch_ready.notify.notify_one();
                 }
                 Ok(())
             }
@@ -547,7 +560,7 @@ impl RunWriter {
         self.closing.send_replace(true);
         let (ack, done) = oneshot::channel();
         if self.tx.send(Message::Close(ack)).await.is_ok() {
-            self.batch_ready.notify_one();
+            self.batch_ready.notify.notify_one();
             let _ = done.await;
         }
     }
@@ -557,7 +570,7 @@ async fn run_writer(
     store: Store,
     mut rx: mpsc::Receiver<Message>,
     closing: watch::Receiver<bool>,
-    batch_ready: Arc<Notify>,
+    batch_ready: Arc<BatchReady>,
     options: WriterOptions,
 ) {
     let mut buffer: Vec<Message> = Vec::with_capacity(options.batch);
@@ -571,10 +584,17 @@ async fn run_writer(
         // the deadline (or when the queue holds a full batch, or a close), not one per item,
         // which at a modest rate cost a task wake-up per request.
         if buffer.len() < options.batch && !buffer.iter().any(is_close) {
-            tokio::select! {
-                () = tokio::time::sleep(options.max_delay) => {}
-                () = batch_ready.notified() => {}
+            batch_ready
+                .missing
+                .store(options.batch - buffer.len(), Ordering::SeqCst);
+            // Queued between the store and here: the senders may not have seen the need.
+            if rx.len() < options.batch - buffer.len() {
+                tokio::select! {
+                    () = tokio::time::sleep(options.max_delay) => {}
+                    () = batch_ready.notify.notified() => {}
+                }
             }
+            batch_ready.missing.store(usize::MAX, Ordering::SeqCst);
             while buffer.len() < options.batch {
                 let Ok(message) = rx.try_recv() else { break };
                 let close = is_close(&message);
