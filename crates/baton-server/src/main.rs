@@ -89,6 +89,13 @@ enum UserCommand {
     },
 }
 
+/// jemalloc, not the system allocator: less CPU per request under many threads
+/// (docs/performance.md "Allocator"); its options are set where it is built
+/// (`.cargo/config.toml`, `JEMALLOC_SYS_WITH_MALLOC_CONF`).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut config = match Config::load(cli.config.as_deref()) {
