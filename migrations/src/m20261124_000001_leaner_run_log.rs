@@ -57,6 +57,17 @@ enum Tenants {
     Id,
 }
 
+/// `run_events`' columns, in the order the copies read and write them.
+const EVENT_COLUMNS: [RunEvents; 7] = [
+    RunEvents::Id,
+    RunEvents::RunId,
+    RunEvents::TenantId,
+    RunEvents::Seq,
+    RunEvents::EventType,
+    RunEvents::Payload,
+    RunEvents::CreatedAt,
+];
+
 /// Rows copied per statement while converting.
 const COPY_BATCH: u64 = 500;
 
@@ -137,6 +148,15 @@ struct PagedEvent {
     payload: Box<RawValue>,
 }
 
+/// A tenant-owned table's rows go with their tenant.
+fn tenant_fk<T: IntoIden + Copy + 'static>(table: T, column: T) -> ForeignKeyCreateStatement {
+    ForeignKey::create()
+        .from(table, column)
+        .to(Tenants::Table, Tenants::Id)
+        .on_delete(ForeignKeyAction::Cascade)
+        .take()
+}
+
 fn bad_json(error: serde_json::Error) -> DbErr {
     DbErr::Custom(format!("stored event is not JSON: {error}"))
 }
@@ -183,12 +203,10 @@ impl MigrationTrait for Migration {
                             .col(RunEventPages::RunId)
                             .col(RunEventPages::FirstSeq),
                     )
-                    .foreign_key(
-                        ForeignKey::create()
-                            .from(RunEventPages::Table, RunEventPages::TenantId)
-                            .to(Tenants::Table, Tenants::Id)
-                            .on_delete(ForeignKeyAction::Cascade),
-                    )
+                    .foreign_key(&mut tenant_fk(
+                        RunEventPages::Table,
+                        RunEventPages::TenantId,
+                    ))
                     .take(),
             )
             .await?;
@@ -234,12 +252,7 @@ impl MigrationTrait for Migration {
                             .big_integer()
                             .not_null(),
                     )
-                    .foreign_key(
-                        ForeignKey::create()
-                            .from(RunEvents::Table, RunEvents::TenantId)
-                            .to(Tenants::Table, Tenants::Id)
-                            .on_delete(ForeignKeyAction::Cascade),
-                    )
+                    .foreign_key(&mut tenant_fk(RunEvents::Table, RunEvents::TenantId))
                     .take(),
             )
             .await?;
@@ -270,15 +283,7 @@ async fn copy_events_to_pages(manager: &SchemaManager<'_>) -> Result<(), DbErr> 
     loop {
         let mut select = Query::select();
         select
-            .columns([
-                RunEvents::Id,
-                RunEvents::RunId,
-                RunEvents::TenantId,
-                RunEvents::Seq,
-                RunEvents::EventType,
-                RunEvents::Payload,
-                RunEvents::CreatedAt,
-            ])
+            .columns(EVENT_COLUMNS)
             .from(RunEvents::Table)
             .order_by(RunEvents::Id, Order::Asc)
             .limit(COPY_BATCH);
@@ -309,7 +314,9 @@ async fn copy_events_to_pages(manager: &SchemaManager<'_>) -> Result<(), DbErr> 
                 seq: row.seq,
                 event_type: row.event_type,
                 at: row.created_at,
-                payload: RawValue::from_string(row.payload).map_err(bad_json)?,
+                // Stored by Baton as JSON; a row that is not read as `null` before and still does.
+                payload: RawValue::from_string(row.payload)
+                    .unwrap_or_else(|_| RawValue::NULL.to_owned()),
             }])
             .map_err(bad_json)?;
             insert
@@ -374,15 +381,7 @@ async fn copy_pages_to_events(manager: &SchemaManager<'_>) -> Result<(), DbErr> 
             let mut insert = Query::insert();
             insert
                 .into_table(RunEvents::Table)
-                .columns([
-                    RunEvents::Id,
-                    RunEvents::RunId,
-                    RunEvents::TenantId,
-                    RunEvents::Seq,
-                    RunEvents::EventType,
-                    RunEvents::Payload,
-                    RunEvents::CreatedAt,
-                ])
+                .columns(EVENT_COLUMNS)
                 .on_conflict(OnConflict::new().do_nothing().to_owned());
             for event in events {
                 insert

@@ -147,6 +147,18 @@ async fn the_migration_carries_per_event_rows_to_pages_and_back() {
             ])
             .unwrap();
     }
+    // A row whose payload is not JSON (read as `null` before pages) does not stop the upgrade.
+    insert
+        .values([
+            "broken-event".into(),
+            "run-3".into(),
+            tenant.as_str().into(),
+            0i32.into(),
+            "requestStarted".into(),
+            "{not json".into(),
+            0i64.into(),
+        ])
+        .unwrap();
     db.execute(&insert).await.unwrap();
 
     let mut in_order = vec![legacy[0].clone(), legacy[2].clone(), legacy[1].clone()];
@@ -158,6 +170,9 @@ async fn the_migration_carries_per_event_rows_to_pages_and_back() {
         legacy[1].created_at.0.timestamp_millis()
     );
     assert_eq!(store.run_events(&tenant, "run-2").await.unwrap().len(), 1);
+    let broken = store.run_events(&tenant, "run-3").await.unwrap();
+    assert_eq!(broken.len(), 1);
+    assert!(broken[0].payload.to_value().is_null());
 
     // Written after the upgrade, then taken back down: one row per event again.
     let late = event("run-1", 4, "requestCompleted");
@@ -166,7 +181,7 @@ async fn the_migration_carries_per_event_rows_to_pages_and_back() {
         .await
         .unwrap();
     Migrator::down(&db, Some(1)).await.unwrap();
-    assert_eq!(legacy_event_count(&db).await, 5);
+    assert_eq!(legacy_event_count(&db).await, 6);
     Migrator::up(&db, None).await.unwrap();
     in_order.push(late);
     assert_eq!(
