@@ -71,7 +71,7 @@ pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
             })
             .collect();
         // Borrowed strings, numbers and already-checked JSON: serialising cannot fail.
-        let text = serde_json::to_string(&listed).unwrap_or_else(|_| "[]".to_string());
+        let mut text = Some(serde_json::to_string(&listed).unwrap_or_else(|_| "[]".to_string()));
         for column in run_event_pages::Column::iter() {
             rows.push(match column {
                 run_event_pages::Column::TenantId => tenant.as_str().to_string().into(),
@@ -79,7 +79,8 @@ pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
                 run_event_pages::Column::FirstSeq => {
                     i32::try_from(first.seq).unwrap_or(i32::MAX).into()
                 }
-                run_event_pages::Column::Events => text.clone().into(),
+                // Each column comes once: the text moves into its value.
+                run_event_pages::Column::Events => text.take().unwrap_or_default().into(),
                 run_event_pages::Column::CreatedAt => to_millis(first.created_at).into(),
             });
         }
