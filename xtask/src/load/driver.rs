@@ -429,6 +429,28 @@ pub async fn streams(
     Ok(outcome)
 }
 
+/// `count` streams through `gateway`, each right after one straight to `direct`: both sides'
+/// tails come from the same seconds, so one noisy stretch cannot skew their difference.
+/// Returns `(direct, gateway)`.
+pub async fn paired_streams(
+    client: &reqwest::Client,
+    direct: &Target,
+    gateway: &Target,
+    count: usize,
+) -> anyhow::Result<(StreamOutcome, StreamOutcome)> {
+    let mut sides = [StreamOutcome::new()?, StreamOutcome::new()?];
+    for _ in 0..count {
+        for (target, outcome) in [direct, gateway].into_iter().zip(sides.iter_mut()) {
+            let sent_at = Instant::now();
+            let times = read_stream(client, target, &target.url, &target.stream_body).await;
+            outcome.add(times, sent_at);
+            outcome.ttft.elapsed += sent_at.elapsed();
+        }
+    }
+    let [direct, gateway] = sides;
+    Ok((direct, gateway))
+}
+
 /// `count` long streams opened at once; TTFT from the common start (all are meant to start
 /// then, so a gateway slow to accept shows).
 pub async fn concurrent_streams(

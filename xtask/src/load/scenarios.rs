@@ -339,7 +339,8 @@ pub async fn run_gateway(
         "highest_passing_rps": highest,
     });
 
-    let streams = driver::streams(&client, target, options.streams).await?;
+    let (base, streams) =
+        driver::paired_streams(&client, &ctx.direct, target, options.streams).await?;
     sent.add(&streams.ttft);
     progress(
         name,
@@ -349,11 +350,13 @@ pub async fn run_gateway(
             summary(&streams.ttft)
         ),
     );
-    let base = &ctx.baseline.streams;
+    let base = &base;
     let streams_json = json!({
         "count": options.streams,
         "shape": format!("{} chunks {} ms apart", procs::SHORT_CHUNKS, procs::SHORT_GAP_MS),
         "gateway": streams.json(),
+        // The direct streams interleaved with these, one for one: what "added" is against.
+        "direct": base.json(),
         "added_ttft_p50_us": added(&streams.ttft, &base.ttft, 0.50),
         "added_ttft_p99_us": added(&streams.ttft, &base.ttft, 0.99),
         "added_gap_p50_us": added_q(&streams.gaps, &base.gaps, 0.50),
