@@ -160,23 +160,14 @@ pub fn spawn_abandoned_run_sweep(
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use sea_orm::{ConnectionTrait, DbBackend, QueryTrait};
+    use sea_orm::{DbBackend, QueryTrait, Statement};
 
     use super::*;
+    use crate::test_db::{memory_store, sqlite_plan};
 
-    /// What SQLite's planner does with `sql`, one line per step.
     async fn plan(store: &Store, sql: &str) -> String {
-        let rows = store
-            .conn()
-            .query_all_raw(sea_orm::Statement::from_string(
-                DbBackend::Sqlite,
-                format!("EXPLAIN QUERY PLAN {sql}"),
-            ))
+        sqlite_plan(store, Statement::from_string(DbBackend::Sqlite, sql))
             .await
-            .unwrap();
-        rows.iter()
-            .map(|row| row.try_get::<String>("", "detail").unwrap())
-            .collect::<Vec<_>>()
             .join("; ")
     }
 
@@ -184,11 +175,7 @@ mod tests {
     /// the queries that need them.
     #[tokio::test]
     async fn partial_runs_indexes_serve_their_queries_on_sqlite() {
-        let mut options = crate::StoreOptions::new("sqlite::memory:");
-        // One connection: each in-memory SQLite connection is its own database.
-        options.max_connections = 1;
-        let store = Store::connect(&options).await.unwrap();
-        store.migrate().await.unwrap();
+        let store = memory_store().await;
 
         let sweep = pending_runs(Timestamp::now(), 10)
             .build(DbBackend::Sqlite)

@@ -169,6 +169,40 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// Helpers for this crate's unit tests.
+#[cfg(test)]
+pub(crate) mod test_db {
+    #![allow(clippy::unwrap_used)]
+
+    use sea_orm::{ConnectionTrait, DbBackend, Statement};
+
+    use crate::{Store, StoreOptions};
+
+    /// A migrated in-memory SQLite store.
+    pub async fn memory_store() -> Store {
+        let mut options = StoreOptions::new("sqlite::memory:");
+        // One connection: each in-memory SQLite connection is its own database.
+        options.max_connections = 1;
+        let store = Store::connect(&options).await.unwrap();
+        store.migrate().await.unwrap();
+        store
+    }
+
+    /// SQLite's plan for `statement` (SQL without `EXPLAIN QUERY PLAN`), one line per step.
+    pub async fn sqlite_plan(store: &Store, mut statement: Statement) -> Vec<String> {
+        assert_eq!(statement.db_backend, DbBackend::Sqlite);
+        statement.sql = format!("EXPLAIN QUERY PLAN {}", statement.sql);
+        store
+            .conn()
+            .query_all_raw(statement)
+            .await
+            .unwrap()
+            .iter()
+            .map(|row| row.try_get::<String>("", "detail").unwrap())
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -775,11 +775,16 @@ pub mod test_support {
         writer
     }
 
-    /// A pending run to queue.
+    /// A pending run of tenant `t` to queue.
     pub fn run_item(n: usize) -> LogItem {
+        run_item_of(&TenantId::new("t"), n)
+    }
+
+    /// A pending run of `tenant` to queue.
+    pub fn run_item_of(tenant: &TenantId, n: usize) -> LogItem {
         LogItem::Run(Box::new(new_record(
             format!("run-{n}"),
-            TenantId::new("t"),
+            tenant.clone(),
             RunKind::Chat,
             "m".into(),
         )))
@@ -788,7 +793,7 @@ pub mod test_support {
 
 #[cfg(test)]
 mod tests {
-    use super::test_support::{run_item, stuck_writer};
+    use super::test_support::{run_item, run_item_of, stuck_writer};
     use super::*;
 
     #[tokio::test]
@@ -832,11 +837,7 @@ mod tests {
         batch: usize,
         max_delay: Duration,
     ) -> (RunWriter, TenantId, mpsc::UnboundedReceiver<usize>) {
-        let mut options = crate::StoreOptions::new("sqlite::memory:");
-        // One connection: each in-memory SQLite connection is its own database.
-        options.max_connections = 1;
-        let store = Store::connect(&options).await.unwrap();
-        store.migrate().await.unwrap();
+        let store = crate::test_db::memory_store().await;
         let tenant = store.create_tenant("t").await.unwrap().id;
         let (tx, rx) = mpsc::unbounded_channel();
         let writer = RunWriter::spawn(
@@ -851,24 +852,15 @@ mod tests {
         (writer, tenant, rx)
     }
 
-    fn run(tenant: &TenantId, n: usize) -> LogItem {
-        LogItem::Run(Box::new(new_record(
-            format!("run-{n}"),
-            tenant.clone(),
-            RunKind::Chat,
-            "m".into(),
-        )))
-    }
-
     #[tokio::test]
     async fn a_full_batch_is_written_without_waiting_for_the_deadline() {
         let (writer, tenant, mut written) = writer(4, Duration::from_secs(3600)).await;
-        writer.write(run(&tenant, 0)).await.unwrap();
+        writer.write(run_item_of(&tenant, 0)).await.unwrap();
         // The writer takes the first item and waits for its batch to fill (for an hour)...
         tokio::time::sleep(Duration::from_millis(20)).await;
         // ...until the queue holds a full batch.
         for n in 1..5 {
-            writer.write(run(&tenant, n)).await.unwrap();
+            writer.write(run_item_of(&tenant, n)).await.unwrap();
         }
         let mut total = 0;
         while total < 4 {
@@ -888,7 +880,7 @@ mod tests {
     async fn a_lone_item_is_written_at_the_deadline() {
         let (writer, tenant, mut written) = writer(256, Duration::from_millis(50)).await;
         let queued = Instant::now();
-        writer.write(run(&tenant, 0)).await.unwrap();
+        writer.write(run_item_of(&tenant, 0)).await.unwrap();
         let count = tokio::time::timeout(Duration::from_secs(30), written.recv())
             .await
             .unwrap()

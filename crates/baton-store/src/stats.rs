@@ -385,17 +385,12 @@ fn tag_totals_sql() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sea_orm::ConnectionTrait;
 
     /// SQLite's plan for the by-key report: the Panel check must find the root's tags through
     /// the run id (the primary key), not scan the tenant's tags for every row (quadratic).
     #[tokio::test]
     async fn the_panel_check_finds_root_tags_by_run_id_on_sqlite() {
-        let mut options = crate::StoreOptions::new("sqlite::memory:");
-        // One connection: each in-memory SQLite connection is its own database.
-        options.max_connections = 1;
-        let store = crate::Store::connect(&options).await.unwrap();
-        store.migrate().await.unwrap();
+        let store = crate::test_db::memory_store().await;
         let values: Vec<Value> = vec![
             "t".into(),
             5i64.into(),
@@ -404,16 +399,11 @@ mod tests {
             1i64.into(),
             50i64.into(),
         ];
-        let explain = format!("EXPLAIN QUERY PLAN {}", tag_totals_sql());
-        let rows = store
-            .conn()
-            .query_all_raw(statement(DbBackend::Sqlite, &explain, values))
-            .await
-            .unwrap();
-        let plan: Vec<String> = rows
-            .iter()
-            .map(|row| row.try_get::<String>("", "detail").unwrap())
-            .collect();
+        let plan = crate::test_db::sqlite_plan(
+            &store,
+            statement(DbBackend::Sqlite, &tag_totals_sql(), values),
+        )
+        .await;
         let panel_lookup = plan
             .iter()
             .find(|line| line.contains(" p "))
