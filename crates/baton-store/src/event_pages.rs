@@ -112,7 +112,16 @@ impl Store {
             .await?;
         let mut events = Vec::new();
         for page in &pages {
-            events.extend(read_page(page)?.into_iter().map(|event| StoredEvent {
+            // One unreadable page (Baton writes only valid JSON: corruption) must not hide
+            // the run's other events: it is left out and reported.
+            let listed = match read_page(page) {
+                Ok(listed) => listed,
+                Err(error) => {
+                    tracing::warn!(%error, "leaving out an unreadable run event page");
+                    continue;
+                }
+            };
+            events.extend(listed.into_iter().map(|event| StoredEvent {
                 id: event.id,
                 run_id: page.run_id.clone(),
                 seq: event.seq,
@@ -140,15 +149,27 @@ pub(crate) async fn strip_text<C: ConnectionTrait>(
         .all(conn)
         .await?;
     for page in pages {
-        let mut events = read_page(&page)?;
         let mut stripped = false;
-        for event in &mut events {
-            let mut envelope = event.payload.to_value();
-            if strip_event_text(&mut envelope) {
-                event.payload = RawJson::of(&envelope);
-                stripped = true;
+        let events = match read_page(&page) {
+            Ok(mut events) => {
+                for event in &mut events {
+                    let mut envelope = event.payload.to_value();
+                    if strip_event_text(&mut envelope) {
+                        event.payload = RawJson::of(&envelope);
+                        stripped = true;
+                    }
+                }
+                events
             }
-        }
+            Err(error) => {
+                // Its text cannot be told from the rest, and the page cannot be read anyway:
+                // it is emptied, so retention still removes the text and the pass goes on
+                // (failing, it would stop at this page every pass).
+                tracing::warn!(%error, "emptying an unreadable run event page past its retention");
+                stripped = true;
+                Vec::new()
+            }
+        };
         if !stripped {
             continue;
         }

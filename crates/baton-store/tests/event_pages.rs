@@ -5,9 +5,10 @@
 
 #![allow(clippy::unwrap_used)]
 
-use baton_domain::run::{RawJson, StoredEvent};
+use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use baton_migrations::{Migrator, MigratorTrait};
+use baton_store::runs::new_record;
 use baton_store::{Store, StoreOptions};
 use sea_orm::sea_query::{Alias, Expr, Query};
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection};
@@ -192,4 +193,64 @@ async fn the_migration_carries_per_event_rows_to_pages_and_back() {
     let _ = store.close().await;
     let _ = db.close().await;
     scratch.remove().await;
+}
+
+/// The first page of the run whose page the test corrupts.
+const BROKEN_PAGE: &str = "run_id = 'run-broken' AND first_seq = 0";
+
+/// A run 10 days old with its prompt and answer kept, and its one event page.
+fn old_run_with_text(tenant: &TenantId, id: &str) -> (RunRecord, (TenantId, StoredEvent)) {
+    let mut run = new_record(id.into(), tenant.clone(), RunKind::Chat, "m".into());
+    run.created_at = Timestamp(chrono::Utc::now() - chrono::Duration::days(10));
+    run.status = RunStatus::Succeeded;
+    run.completed_at = Some(run.created_at);
+    run.request = Some(RawJson::of(
+        &json!({"messages": [{"role": "user", "content": "old"}]}),
+    ));
+    let mut completed = event(id, 0, "requestCompleted");
+    completed.payload = RawJson::of(
+        &json!({"type": "requestCompleted", "data": {"result": {"textResponse": "old answer"}}}),
+    );
+    (run, (tenant.clone(), completed))
+}
+
+#[tokio::test]
+async fn an_unreadable_page_is_left_out_of_reads_and_emptied_by_retention() {
+    let db = database("corrupt").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let (broken_run, broken_page) = old_run_with_text(&tenant, "run-broken");
+    let (sound_run, sound_page) = old_run_with_text(&tenant, "run-sound");
+    let later = (tenant.clone(), event("run-broken", 1, "requestCompleted"));
+    store
+        .write_runs(&[broken_run, sound_run], &[broken_page, sound_page])
+        .await
+        .unwrap();
+    store.write_runs(&[], &[later]).await.unwrap();
+    let raw = Database::connect(db.url()).await.unwrap();
+    let mut corrupt = Query::update();
+    corrupt
+        .table(Alias::new("run_event_pages"))
+        .value(Alias::new("events"), "not json")
+        .and_where(Expr::cust(BROKEN_PAGE));
+    raw.execute(&corrupt).await.unwrap();
+
+    let read = store.run_events(&tenant, "run-broken").await.unwrap();
+    assert_eq!(
+        read.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        [1],
+        "the readable page's events are still served"
+    );
+    // Retention goes on past the page: both runs stripped, the page emptied.
+    assert_eq!(store.strip_expired_text(&tenant, 7, 10).await.unwrap(), 2);
+    let sound = store.run_events(&tenant, "run-sound").await.unwrap();
+    assert!(sound[0].payload.to_value()["data"]["result"].is_null());
+    let mut page = Query::select();
+    page.column(Alias::new("events"))
+        .from(Alias::new("run_event_pages"))
+        .and_where(Expr::cust(BROKEN_PAGE));
+    let row = raw.query_one(&page).await.unwrap().unwrap();
+    assert_eq!(row.try_get_by_index::<String>(0).unwrap(), "[]");
+    raw.close().await.unwrap();
+    db.drop_database().await;
 }

@@ -75,6 +75,11 @@ pub async fn database(label: &str) -> Db {
 }
 
 impl Db {
+    /// The database's URL, for a connection of the test's own.
+    pub fn url(&self) -> &str {
+        &self.scratch.url
+    }
+
     pub async fn drop_database(self) {
         let _ = self.store.close().await;
         self.scratch.remove().await;
