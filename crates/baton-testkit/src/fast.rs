@@ -28,7 +28,10 @@ pub struct FastMockOptions {
     pub delay: Duration,
     /// Content chunks of a streamed answer (the role, finish and usage chunks come on top).
     pub stream_chunks: usize,
-    /// Waited before each content chunk of a streamed answer.
+    /// Waited between the content chunks of a streamed answer. The first comes at once: a
+    /// wait before it would put the mock's timer in every TTFT, and tokio's millisecond timer
+    /// rounds a 1 ms wait to 1-2 ms by where in the millisecond the request arrived, which a
+    /// gateway in front shifts (`docs/benchmarks.md`, "Streaming TTFT and the mock's timer").
     pub chunk_gap: Duration,
 }
 
@@ -301,16 +304,17 @@ async fn complete(State(prepared): State<Prepared>, body: Bytes) -> Response {
     let gap = prepared.options.chunk_gap;
     let head = futures::stream::once(std::future::ready(prepared.stream_head.clone()));
     let chunk = prepared.stream_chunk.clone();
-    let content = futures::stream::unfold(prepared.options.stream_chunks, move |remaining| {
+    let chunks = prepared.options.stream_chunks;
+    let content = futures::stream::unfold(0, move |sent| {
         let chunk = chunk.clone();
         async move {
-            if remaining == 0 {
+            if sent == chunks {
                 return None;
             }
-            if !gap.is_zero() {
+            if sent > 0 && !gap.is_zero() {
                 tokio::time::sleep(gap).await;
             }
-            Some((chunk, remaining - 1))
+            Some((chunk, sent + 1))
         }
     });
     let tail = futures::stream::once(std::future::ready(prepared.stream_tail.clone()));
@@ -357,6 +361,33 @@ mod tests {
         assert_eq!(events[4], "data: [DONE]");
         let completion: Value = serde_json::from_slice(&prepared.completion).unwrap();
         assert_eq!(completion["object"], "chat.completion");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_first_content_chunk_comes_at_once_and_the_rest_a_gap_apart() {
+        use futures::StreamExt;
+
+        let gap = Duration::from_millis(20);
+        let prepared = prepare(FastMockOptions {
+            stream_chunks: 3,
+            chunk_gap: gap,
+            ..FastMockOptions::default()
+        });
+        let request = Bytes::from_static(br#"{"stream": true, "messages": []}"#);
+        let response = complete(State(prepared.clone()), request).await;
+        let mut body = response.into_body().into_data_stream();
+        let start = tokio::time::Instant::now();
+        let mut arrivals = Vec::new();
+        while let Some(frame) = body.next().await {
+            arrivals.push((frame.unwrap(), start.elapsed()));
+        }
+        let chunk_times: Vec<Duration> = arrivals
+            .iter()
+            .filter(|(bytes, _)| *bytes == prepared.stream_chunk)
+            .map(|(_, at)| *at)
+            .collect();
+        assert_eq!(chunk_times, [Duration::ZERO, gap, 2 * gap]);
+        assert_eq!(arrivals[0].0, prepared.stream_head);
     }
 
     #[test]

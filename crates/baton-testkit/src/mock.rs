@@ -1,5 +1,6 @@
 use std::collections::VecDeque;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -189,6 +190,7 @@ impl Shared {
 pub struct MockProvider {
     address: SocketAddr,
     shared: Shared,
+    connections: Arc<AtomicUsize>,
 }
 
 impl MockProvider {
@@ -211,8 +213,13 @@ impl MockProvider {
             .route("/model/{model}/converse", post(bedrock))
             .route("/model/{model}/converse-stream", post(bedrock_stream))
             .with_state(shared.clone());
-        let address = crate::serve::serve_loopback(router).await?;
-        Ok(MockProvider { address, shared })
+        let connections = Arc::new(AtomicUsize::new(0));
+        let address = crate::serve::serve_loopback_counting(router, connections.clone()).await?;
+        Ok(MockProvider {
+            address,
+            shared,
+            connections,
+        })
     }
 
     /// Base URL for OpenAI-style configuration (`.../v1`).
@@ -233,6 +240,11 @@ impl MockProvider {
     /// Drops the replies still queued (a request that ended early left them unused).
     pub fn clear(&self) {
         self.shared.lock().replies.clear();
+    }
+
+    /// TCP connections accepted so far (a client reusing keep-alive connections opens few).
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
     }
 
     pub fn received(&self) -> Vec<Received> {

@@ -1,6 +1,8 @@
 //! How every testkit server listens: a fresh loopback port, TCP_NODELAY on each accepted socket.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use axum::Router;
 use axum::serve::ListenerExt;
@@ -10,9 +12,18 @@ use axum::serve::ListenerExt;
 /// body after its head) until the client's delayed ACK, about 40 ms on Linux: latencies and
 /// streamed TTFT measured against a mock would measure that instead.
 pub(crate) async fn serve_loopback(router: Router) -> std::io::Result<SocketAddr> {
+    serve_loopback_counting(router, Arc::default()).await
+}
+
+/// [`serve_loopback`], counting the TCP connections it accepts into `connections`.
+pub(crate) async fn serve_loopback_counting(
+    router: Router,
+    connections: Arc<AtomicUsize>,
+) -> std::io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let address = listener.local_addr()?;
-    let listener = listener.tap_io(|tcp| {
+    let listener = listener.tap_io(move |tcp| {
+        connections.fetch_add(1, Ordering::Relaxed);
         let _ = tcp.set_nodelay(true);
     });
     tokio::spawn(async move {
