@@ -419,14 +419,19 @@ pub async fn streams(
     count: usize,
 ) -> anyhow::Result<StreamOutcome> {
     let mut outcome = StreamOutcome::new()?;
-    let start = Instant::now();
     for _ in 0..count {
-        let sent_at = Instant::now();
-        let times = read_stream(client, target, &target.url, &target.stream_body).await;
-        outcome.add(times, sent_at);
+        short_stream(client, target, &mut outcome).await;
     }
-    outcome.ttft.elapsed = start.elapsed();
     Ok(outcome)
+}
+
+/// Reads one short stream from `target` into `outcome`, TTFT from its send; the phase's time
+/// is the sum of its streams'.
+async fn short_stream(client: &reqwest::Client, target: &Target, outcome: &mut StreamOutcome) {
+    let sent_at = Instant::now();
+    let times = read_stream(client, target, &target.url, &target.stream_body).await;
+    outcome.add(times, sent_at);
+    outcome.ttft.elapsed += sent_at.elapsed();
 }
 
 /// `count` streams through `gateway`, each right after one straight to `direct`: both sides'
@@ -441,10 +446,7 @@ pub async fn paired_streams(
     let mut sides = [StreamOutcome::new()?, StreamOutcome::new()?];
     for _ in 0..count {
         for (target, outcome) in [direct, gateway].into_iter().zip(sides.iter_mut()) {
-            let sent_at = Instant::now();
-            let times = read_stream(client, target, &target.url, &target.stream_body).await;
-            outcome.add(times, sent_at);
-            outcome.ttft.elapsed += sent_at.elapsed();
+            short_stream(client, target, outcome).await;
         }
     }
     let [direct, gateway] = sides;
