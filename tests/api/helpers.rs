@@ -171,6 +171,10 @@ pub async fn spawn_app() -> TestApp {
 }
 
 pub async fn spawn_app_with(configure: impl FnOnce(&mut Config)) -> TestApp {
+    // The subscriber goes in before any app runs: a callsite first hit while another thread
+    // installs the global subscriber can keep tracing's "never" interest for good, and a
+    // debug run's kept lines (`llm_logs.rs`) would then miss it.
+    let _ = captured_log();
     let db = TestDatabase::new().await;
     let mut config = Config::for_database(&db.url()).expect("config");
     config.bind = "127.0.0.1:0".parse().unwrap();
@@ -391,7 +395,7 @@ pub async fn openapi_doc(app: &TestApp) -> Value {
 
 /// Everything the server logged in this test process (debug and up for Baton's crates), with
 /// the debug capture layer (`x_log_level`) installed beside it. One subscriber for the whole
-/// binary: whichever test comes first installs it.
+/// binary, installed by the first app started.
 pub fn captured_log() -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;

@@ -29,6 +29,7 @@ mod python_sdk;
 mod retention;
 mod routing;
 mod secrets;
+mod serving;
 mod settings;
 mod statistics;
 mod tools;

@@ -67,6 +67,7 @@ async fn oversized_bodies_get_413_and_write_nothing() {
         )
         .await;
     response.error(413, "PAYLOAD_TOO_LARGE");
+    assert_eq!(response.headers["connection"], "close");
     // Without Content-Length (chunked), the limit still holds.
     let stream = futures::stream::iter((0..64).map(|_| Ok::<_, std::io::Error>(vec![b' '; 1024])));
     let chunked = send(
@@ -78,5 +79,8 @@ async fn oversized_bodies_get_413_and_write_nothing() {
     )
     .await;
     chunked.error(413, "PAYLOAD_TOO_LARGE");
+    // The unread rest of the body ends the connection; the client is told, so its next request
+    // goes on a new one (on the one being closed it failed as an incomplete message).
+    assert_eq!(chunked.headers["connection"], "close");
     assert_eq!(app.get("/api/v1/customers", &key).await.json(), json!([]));
 }

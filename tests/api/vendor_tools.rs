@@ -208,7 +208,7 @@ fn provider(flavor: Flavor, base: String) -> OpenAiProvider {
         flavor,
         base,
         Some("sk-stream-canary".into()),
-        baton_providers::http::client(None).unwrap(),
+        baton_providers::http::ProviderClient::new(None).unwrap(),
         None,
     )
 }

@@ -193,6 +193,14 @@ impl ApiError {
             }
             _ => {}
         }
+        if response.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was never read, so the connection closes after this answer;
+            // saying so keeps the client from sending its next request on it (it did, at
+            // times: the next request failed with an incomplete message).
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         response
     }
 }

@@ -12,7 +12,7 @@
 //! A fixed cap on requests in flight would be the wrong tool: a model call takes seconds, so
 //! thousands in flight is a normal day, while a few hundred CPU-bound ones can be too many.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -62,14 +62,23 @@ impl Default for OverloadConfig {
 /// enough to cost nothing measurable.
 const PROBE_PERIOD: Duration = Duration::from_millis(20);
 
-/// The shedding state, read by every API request and written by the probe.
+/// The shedding state, read by every API request and written by the probes.
 #[derive(Debug)]
 pub struct Overload {
     config: OverloadConfig,
     shedding: AtomicBool,
+    /// The largest of the probes' latest delays.
     last_delay_micros: AtomicU64,
+    /// Each probe's latest reading; a probe's place is its index.
+    probes: Mutex<Vec<ProbeReading>>,
+    next_probe: AtomicUsize,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct ProbeReading {
+    delay: Duration,
     /// When the delay last went above the target (None: it is under it).
-    above_since: Mutex<Option<Instant>>,
+    above_since: Option<Instant>,
 }
 
 impl Overload {
@@ -78,7 +87,8 @@ impl Overload {
             config,
             shedding: AtomicBool::new(false),
             last_delay_micros: AtomicU64::new(0),
-            above_since: Mutex::new(None),
+            probes: Mutex::new(Vec::new()),
+            next_probe: AtomicUsize::new(0),
         })
     }
 
@@ -87,36 +97,46 @@ impl Overload {
         self.shedding.load(Ordering::Relaxed)
     }
 
-    /// The queueing delay of the latest probe.
+    /// The queueing delay of the most delayed runtime at its latest probe.
     pub fn queue_delay(&self) -> Duration {
         Duration::from_micros(self.last_delay_micros.load(Ordering::Relaxed))
     }
 
-    /// Takes one measurement of the queueing delay, made at `now`; returns whether requests
-    /// are refused from now on.
-    pub fn observe(&self, delay: Duration, now: Instant) -> bool {
+    /// Takes probe `probe`'s measurement of its runtime's queueing delay, made at `now`;
+    /// returns whether requests are refused from now on. A server with one runtime per thread
+    /// runs a probe on each: requests are refused while any of them has a standing queue (a
+    /// client cannot choose the thread its connection lands on).
+    pub fn observe(&self, probe: usize, delay: Duration, now: Instant) -> bool {
+        let mut probes = self
+            .probes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if probes.len() <= probe {
+            probes.resize(probe + 1, ProbeReading::default());
+        }
+        let reading = &mut probes[probe];
+        reading.delay = delay;
+        reading.above_since = if delay <= self.config.target_delay {
+            None
+        } else {
+            Some(reading.above_since.unwrap_or(now))
+        };
+        let largest = probes.iter().map(|r| r.delay).max().unwrap_or_default();
         self.last_delay_micros.store(
-            u64::try_from(delay.as_micros()).unwrap_or(u64::MAX),
+            u64::try_from(largest.as_micros()).unwrap_or(u64::MAX),
             Ordering::Relaxed,
         );
         if !self.config.is_enabled() {
             return false;
         }
-        let mut above_since = self
-            .above_since
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let shedding = if delay <= self.config.target_delay {
-            *above_since = None;
-            false
-        } else {
-            let since = *above_since.get_or_insert(now);
-            now.saturating_duration_since(since) >= self.config.interval
-        };
+        let shedding = probes.iter().any(|r| {
+            r.above_since
+                .is_some_and(|since| now.saturating_duration_since(since) >= self.config.interval)
+        });
         if shedding != self.shedding.swap(shedding, Ordering::Relaxed) {
             if shedding {
                 tracing::warn!(
-                    delay_ms = delay.as_millis(),
+                    delay_ms = largest.as_millis(),
                     "overloaded: refusing new API requests until the queueing delay falls"
                 );
             } else {
@@ -127,14 +147,15 @@ impl Overload {
     }
 
     /// Starts measuring on a task of the current runtime: its scheduling delay, and the wait
-    /// for room in `log`'s queue when runs are logged. The task ends when the last handle to
-    /// `self` is dropped.
+    /// for room in `log`'s queue when runs are logged. Called once per runtime that serves
+    /// requests. The task ends when the last handle to `self` is dropped.
     pub fn spawn_probe(self: &Arc<Self>, log: Option<RunWriter>) {
-        tokio::spawn(probe(Arc::downgrade(self), log));
+        let probe = self.next_probe.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(probe_loop(Arc::downgrade(self), probe, log));
     }
 }
 
-async fn probe(overload: Weak<Overload>, log: Option<RunWriter>) {
+async fn probe_loop(overload: Weak<Overload>, probe: usize, log: Option<RunWriter>) {
     let mut due = Instant::now() + PROBE_PERIOD;
     loop {
         tokio::time::sleep_until(due).await;
@@ -144,7 +165,7 @@ async fn probe(overload: Weak<Overload>, log: Option<RunWriter>) {
         };
         let scheduling = now.saturating_duration_since(due);
         let log_wait = log.as_ref().map_or(Duration::ZERO, RunWriter::longest_wait);
-        overload.observe(scheduling.max(log_wait), now);
+        overload.observe(probe, scheduling.max(log_wait), now);
         due = now + PROBE_PERIOD;
     }
 }
@@ -178,11 +199,11 @@ mod tests {
         let overload = overload();
         let start = Instant::now();
         for step in 0..20 {
-            assert!(!overload.observe(200 * MS, start + step * 20 * MS));
+            assert!(!overload.observe(0, 200 * MS, start + step * 20 * MS));
         }
         // One sample under the target ends the episode: the clock starts again.
-        assert!(!overload.observe(10 * MS, start + 400 * MS));
-        assert!(!overload.observe(200 * MS, start + 600 * MS));
+        assert!(!overload.observe(0, 10 * MS, start + 400 * MS));
+        assert!(!overload.observe(0, 200 * MS, start + 600 * MS));
         assert!(!overload.is_shedding());
     }
 
@@ -190,14 +211,28 @@ mod tests {
     fn a_standing_delay_for_the_interval_sheds_until_it_falls() {
         let overload = overload();
         let start = Instant::now();
-        assert!(!overload.observe(80 * MS, start));
-        assert!(!overload.observe(80 * MS, start + 499 * MS));
-        assert!(overload.observe(60 * MS, start + 500 * MS));
+        assert!(!overload.observe(0, 80 * MS, start));
+        assert!(!overload.observe(0, 80 * MS, start + 499 * MS));
+        assert!(overload.observe(0, 60 * MS, start + 500 * MS));
         assert!(overload.is_shedding());
         assert_eq!(overload.queue_delay(), 60 * MS);
-        assert!(overload.observe(51 * MS, start + 900 * MS));
-        assert!(!overload.observe(50 * MS, start + 920 * MS));
+        assert!(overload.observe(0, 51 * MS, start + 900 * MS));
+        assert!(!overload.observe(0, 50 * MS, start + 920 * MS));
         assert!(!overload.is_shedding());
+    }
+
+    #[test]
+    fn one_runtime_with_a_standing_queue_sheds_for_all() {
+        let overload = overload();
+        let start = Instant::now();
+        assert!(!overload.observe(1, 80 * MS, start));
+        // The other runtime is idle, which neither ends the busy one's episode nor hides it.
+        assert!(!overload.observe(0, MS, start + 250 * MS));
+        assert_eq!(overload.queue_delay(), 80 * MS);
+        assert!(overload.observe(0, MS, start + 500 * MS));
+        assert!(overload.is_shedding());
+        assert!(!overload.observe(1, 10 * MS, start + 520 * MS));
+        assert_eq!(overload.queue_delay(), 10 * MS);
     }
 
     #[test]
@@ -205,7 +240,7 @@ mod tests {
         let overload = Overload::new(OverloadConfig::OFF);
         let start = Instant::now();
         for step in 0..100 {
-            assert!(!overload.observe(Duration::from_secs(5), start + step * 100 * MS));
+            assert!(!overload.observe(0, Duration::from_secs(5), start + step * 100 * MS));
         }
         assert_eq!(overload.queue_delay(), Duration::from_secs(5));
     }

@@ -30,7 +30,7 @@ pub struct AnthropicProvider {
     /// `{base_url}/v1/messages`.
     messages_url: http::FixedUrl,
     api_key: SecretString,
-    client: reqwest::Client,
+    client: http::ProviderClient,
     timeout: Option<Duration>,
 }
 
@@ -39,7 +39,7 @@ impl AnthropicProvider {
         key: impl Into<String>,
         base_url: impl Into<String>,
         api_key: SecretString,
-        client: reqwest::Client,
+        client: impl Into<http::ProviderClient>,
         timeout: Option<Duration>,
     ) -> Self {
         let base_url = base_url.into().trim_end_matches('/').to_string();
@@ -47,14 +47,14 @@ impl AnthropicProvider {
             key: key.into(),
             messages_url: http::FixedUrl::new(format!("{base_url}/v1/messages")),
             api_key,
-            client,
+            client: client.into(),
             timeout,
         }
     }
 
     fn request(&self, body: &MessagesRequest) -> reqwest::RequestBuilder {
         self.messages_url
-            .post(&self.client)
+            .post(self.client.get())
             .header("x-api-key", self.api_key.expose_secret())
             .header("anthropic-version", API_VERSION)
             .json(body)

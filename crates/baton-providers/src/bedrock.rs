@@ -62,7 +62,7 @@ pub struct BedrockProvider {
     region: String,
     /// Kept in the SDK's type, whose `Debug` redacts the secret and which zeroes it on drop.
     credentials: Credentials,
-    client: reqwest::Client,
+    client: http::ProviderClient,
     timeout: Option<Duration>,
 }
 
@@ -72,7 +72,7 @@ impl BedrockProvider {
         base_url: impl Into<String>,
         region: String,
         credentials: AwsCredentials,
-        client: reqwest::Client,
+        client: impl Into<http::ProviderClient>,
         timeout: Option<Duration>,
     ) -> Self {
         Self {
@@ -88,7 +88,7 @@ impl BedrockProvider {
                 None,
                 "baton",
             ),
-            client,
+            client: client.into(),
             timeout,
         }
     }
@@ -121,6 +121,7 @@ impl BedrockProvider {
         })?;
         let mut builder = self
             .client
+            .get()
             .post(url)
             .header(reqwest::header::CONTENT_TYPE, JSON);
         for header in headers {

@@ -28,7 +28,7 @@ pub struct GeminiProvider {
     key: String,
     base_url: String,
     api_key: SecretString,
-    client: reqwest::Client,
+    client: http::ProviderClient,
     timeout: Option<Duration>,
 }
 
@@ -37,14 +37,14 @@ impl GeminiProvider {
         key: impl Into<String>,
         base_url: impl Into<String>,
         api_key: SecretString,
-        client: reqwest::Client,
+        client: impl Into<http::ProviderClient>,
         timeout: Option<Duration>,
     ) -> Self {
         Self {
             key: key.into(),
             base_url: base_url.into().trim_end_matches('/').to_string(),
             api_key,
-            client,
+            client: client.into(),
             timeout,
         }
     }
@@ -68,6 +68,7 @@ impl GeminiProvider {
         body: &GenerateContentRequest,
     ) -> reqwest::RequestBuilder {
         self.client
+            .get()
             .post(self.endpoint(model, stream))
             .header("x-goog-api-key", self.api_key.expose_secret())
             .json(body)

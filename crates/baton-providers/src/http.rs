@@ -1,6 +1,8 @@
 //! What every adapter does over HTTP: one tuned client per provider, sending, and turning
 //! failures into [`ProviderError`]s that keep the provider's message and no credential.
 
+use std::cell::Cell;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -23,9 +25,90 @@ const POOL_MAX_IDLE_PER_HOST: usize = 1024;
 
 /// The HTTP client a provider owns: pooled keep-alive connections, no Nagle delay, no total
 /// timeout (streams may run long; non-streaming calls set one per request).
-pub fn client(connect_timeout: Option<Duration>) -> ProviderResult<reqwest::Client> {
+///
+/// One pool per serving thread ([`use_client_slot`]): a pooled connection's socket is read and
+/// written by the runtime that opened it, so a request served on another thread's runtime
+/// would cross threads twice per call (and once per streamed chunk). A thread's pool is built
+/// on its first call, so threads that never call a provider cost nothing.
+#[derive(Clone)]
+pub struct ProviderClient {
+    slots: Arc<ClientSlots>,
+}
+
+struct ClientSlots {
+    /// Slot 0's pool: the thread that did not pick a slot (tests, admin commands, the main
+    /// runtime), and the fallback when another slot's pool cannot be built.
+    first: reqwest::Client,
+    others: Box<[OnceLock<reqwest::Client>]>,
+    connect_timeout: Duration,
+}
+
+thread_local! {
+    static CLIENT_SLOT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Pools a [`ProviderClient`] can hold; serving threads past it share (their calls still
+/// work, crossing threads).
+const POOL_SLOTS: usize = 64;
+
+/// Makes the calling thread use the `slot`th pool of every [`ProviderClient`]. A
+/// thread-per-core server calls it once on each serving thread, numbering them from 1 (0 is
+/// every other thread's).
+pub fn use_client_slot(slot: usize) {
+    CLIENT_SLOT.with(|current| current.set(slot));
+}
+
+impl ProviderClient {
+    /// A pool per serving thread, each built on its first use.
+    pub fn new(connect_timeout: Option<Duration>) -> ProviderResult<ProviderClient> {
+        let connect_timeout = connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT);
+        Ok(ProviderClient {
+            slots: Arc::new(ClientSlots {
+                first: build_client(connect_timeout)?,
+                others: (1..POOL_SLOTS).map(|_| OnceLock::new()).collect(),
+                connect_timeout,
+            }),
+        })
+    }
+
+    /// The calling thread's pool.
+    pub fn get(&self) -> &reqwest::Client {
+        let slots = &*self.slots;
+        let slot = CLIENT_SLOT.with(Cell::get);
+        if slot == 0 || slots.others.is_empty() {
+            return &slots.first;
+        }
+        slots.others[(slot - 1) % slots.others.len()].get_or_init(|| {
+            // Building failed where the first pool's build succeeded: share that pool.
+            build_client(slots.connect_timeout).unwrap_or_else(|_| slots.first.clone())
+        })
+    }
+}
+
+/// A client given by the caller (tests, benchmarks): every thread shares its pool.
+impl From<reqwest::Client> for ProviderClient {
+    fn from(client: reqwest::Client) -> Self {
+        ProviderClient {
+            slots: Arc::new(ClientSlots {
+                first: client,
+                others: Box::new([]),
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Debug for ProviderClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderClient")
+            .field("pools", &(1 + self.slots.others.len()))
+            .finish_non_exhaustive()
+    }
+}
+
+fn build_client(connect_timeout: Duration) -> ProviderResult<reqwest::Client> {
     reqwest::Client::builder()
-        .connect_timeout(connect_timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))
+        .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(POOL_MAX_IDLE_PER_HOST)
@@ -310,6 +393,39 @@ fn error_message(body: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where the calling thread's pool of `client` lives, as a number to compare.
+    fn pool_on_slot(client: &ProviderClient, slot: usize) -> usize {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    use_client_slot(slot);
+                    let first = std::ptr::from_ref(client.get()) as usize;
+                    assert_eq!(std::ptr::from_ref(client.get()) as usize, first);
+                    first
+                })
+                .join()
+                .unwrap()
+        })
+    }
+
+    #[test]
+    fn each_serving_thread_calls_through_its_own_pool() {
+        let client = ProviderClient::new(None).unwrap();
+        let unset = std::ptr::from_ref(client.get()) as usize;
+        assert_eq!(pool_on_slot(&client, 0), unset);
+        let first_own = pool_on_slot(&client, 1);
+        assert_ne!(first_own, unset);
+        assert_ne!(pool_on_slot(&client, 2), first_own);
+        // Slots past the pools there are wrap around.
+        assert_eq!(pool_on_slot(&client, POOL_SLOTS), first_own);
+        // A client given by the caller is the one pool of every thread.
+        let given = ProviderClient::from(reqwest::Client::new());
+        assert_eq!(
+            pool_on_slot(&given, 1),
+            std::ptr::from_ref(given.get()) as usize
+        );
+    }
 
     #[test]
     fn finds_messages_of_every_format() {

@@ -168,7 +168,7 @@ fn build(
         .as_ref()
         .is_some_and(|k| !k.expose_secret().is_empty());
     let timeout = config.timeout_secs.map(Duration::from_secs);
-    let client = || http::client(config.connect_timeout_secs.map(Duration::from_secs));
+    let client = || http::ProviderClient::new(config.connect_timeout_secs.map(Duration::from_secs));
     let base_url = |fallback: &str| {
         config
             .base_url

@@ -38,7 +38,7 @@ pub struct OpenAiProvider {
     /// `{base_url}/chat/completions` (every flavor but Azure, whose URL names the model).
     chat_url: http::FixedUrl,
     api_key: Option<SecretString>,
-    client: reqwest::Client,
+    client: http::ProviderClient,
     timeout: Option<Duration>,
 }
 
@@ -48,7 +48,7 @@ impl OpenAiProvider {
         flavor: Flavor,
         base_url: impl Into<String>,
         api_key: Option<SecretString>,
-        client: reqwest::Client,
+        client: impl Into<http::ProviderClient>,
         timeout: Option<Duration>,
     ) -> Self {
         let base_url = base_url.into().trim_end_matches('/').to_string();
@@ -58,19 +58,19 @@ impl OpenAiProvider {
             chat_url: http::FixedUrl::new(format!("{base_url}/chat/completions")),
             base_url,
             api_key,
-            client,
+            client: client.into(),
             timeout,
         }
     }
 
     fn post(&self, model: &str) -> reqwest::RequestBuilder {
         match &self.flavor {
-            Flavor::Azure { api_version } => self.client.post(format!(
+            Flavor::Azure { api_version } => self.client.get().post(format!(
                 "{}/openai/deployments/{}/chat/completions?api-version={api_version}",
                 self.base_url,
                 url::form_urlencoded::byte_serialize(model.as_bytes()).collect::<String>()
             )),
-            _ => self.chat_url.post(&self.client),
+            _ => self.chat_url.post(self.client.get()),
         }
     }
 
@@ -94,7 +94,7 @@ impl OpenAiProvider {
                 base_url: &self.base_url,
                 azure,
                 api_key: self.api_key.as_ref(),
-                client: &self.client,
+                client: self.client.get(),
                 timeout: self.timeout,
             }
         })

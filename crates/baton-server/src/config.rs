@@ -127,6 +127,9 @@ pub struct ServerConfig {
     pub shed_queue_delay_ms: u64,
     /// How long that delay must stay above `shed_queue_delay_ms` before shedding starts.
     pub shed_interval_ms: u64,
+    /// Serving threads, each a single-threaded runtime with its own listener on the port
+    /// (`docs/performance.md`, "Thread per core"); 0: one per CPU.
+    pub threads: usize,
 }
 
 impl Default for ServerConfig {
@@ -139,6 +142,7 @@ impl Default for ServerConfig {
             shed_queue_delay_ms: u64::try_from(api.overload.target_delay.as_millis())
                 .unwrap_or(u64::MAX),
             shed_interval_ms: u64::try_from(api.overload.interval.as_millis()).unwrap_or(u64::MAX),
+            threads: 0,
         }
     }
 }
@@ -313,6 +317,14 @@ impl Config {
                 .saturating_add(self.limits.max_stream_duration_secs)
                 .saturating_add(self.retention.abandoned_margin_secs),
         )
+    }
+
+    /// `server.threads`, with 0 resolved to the CPUs this process may run on.
+    pub fn serving_threads(&self) -> usize {
+        match self.server.threads {
+            0 => std::thread::available_parallelism().map_or(1, usize::from),
+            threads => threads,
+        }
     }
 }
 

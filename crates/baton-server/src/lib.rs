@@ -4,9 +4,11 @@
 pub mod admin;
 pub mod config;
 pub mod error;
+mod serving;
 pub mod telemetry;
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +16,6 @@ use baton_api::AppState;
 use baton_providers::{Catalogue, ProvidersConfig, Registry};
 use baton_store::runs::{RunWriter, WriterOptions};
 use baton_store::{Store, StoreOptions};
-use tokio::net::TcpListener;
 
 pub use config::Config;
 pub use error::ServerError;
@@ -28,14 +29,19 @@ pub struct Bootstrap {
     pub generated_api_key: Option<String>,
 }
 
-/// A built, bound, not yet serving application.
+/// A built, bound, not yet serving application: `server.threads` listeners on one port, each
+/// to be served by a thread of its own (`serving.rs`); the runtime that built it keeps the
+/// background work.
 pub struct Application {
-    listener: TcpListener,
+    /// One per serving thread, all on one port.
+    listeners: Vec<std::net::TcpListener>,
+    address: SocketAddr,
     router: baton_api::Router,
     store: Store,
     bootstrap: Option<Bootstrap>,
     runs: RunWriter,
     shutdown_grace: Duration,
+    state: AppState,
 }
 
 /// The catalogue (shipped or the operator's file) and every provider of the configuration.
@@ -105,24 +111,31 @@ impl Application {
                 .then(|| Duration::from_secs(config.retention.abandoned_sweep_interval_secs)),
             config.retention.cleanup_batch.max(1),
         );
-        let router = baton_api::build_router(state);
-        let listener = TcpListener::bind(config.bind).await?;
+        let router = baton_api::build_router(state.clone());
+        let listeners = serving::bind(config.bind, config.serving_threads())?;
+        let address = listeners
+            .first()
+            .map(std::net::TcpListener::local_addr)
+            .transpose()?
+            .unwrap_or(config.bind);
         Ok(Application {
-            listener,
+            listeners,
+            address,
             router,
             store,
             bootstrap,
             runs,
             shutdown_grace: Duration::from_secs(config.server.shutdown_grace_secs),
+            state,
         })
     }
 
     pub fn port(&self) -> u16 {
-        self.listener.local_addr().map(|a| a.port()).unwrap_or(0)
+        self.address.port()
     }
 
-    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
-        self.listener.local_addr()
+    pub fn local_addr(&self) -> SocketAddr {
+        self.address
     }
 
     pub fn store(&self) -> &Store {
@@ -139,24 +152,20 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-        let mut grace_rx = stop_rx.clone();
-        let serve = baton_api::serve(self.listener, self.router, async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-        });
+        let mut threads = serving::spawn(self.listeners, &self.router, &self.state).await?;
+        shutdown.await;
+        threads.stop();
         let grace = self.shutdown_grace;
         tokio::select! {
-            result = serve => result?,
-            () = async move {
-                let _ = grace_rx.wait_for(|stopped| *stopped).await;
-                tokio::time::sleep(grace).await;
-            } => tracing::warn!("shutdown grace period over; dropping remaining connections"),
+            result = threads.drained() => result?,
+            () = tokio::time::sleep(grace) => {
+                tracing::warn!("shutdown grace period over; dropping remaining connections");
+            }
         }
-        drop(stop_rx);
         // Requests have drained: write every queued log row before the database closes.
         self.runs.close().await;
         self.store.close().await?;
+        threads.end().await;
         Ok(())
     }
 }

@@ -106,7 +106,9 @@ fn main() -> ExitCode {
         config.bind = *bind;
     }
     let _log_guard = telemetry::init(config.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // Single-threaded: `serve` starts a runtime per further serving thread itself
+    // (`server.threads`, thread per core); the admin commands need no more.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
@@ -140,7 +142,7 @@ async fn run(command: Command, config: &Config) -> Result<(), ServerError> {
                     None => println!("Its API key is the one in BATON_BOOTSTRAP_API_KEY."),
                 }
             }
-            tracing::info!(address = %app.local_addr()?, database = %baton_store::redact_url(&config.database_url), "Baton is listening");
+            tracing::info!(address = %app.local_addr(), database = %baton_store::redact_url(&config.database_url), "Baton is listening");
             app.run_until(shutdown_signal()).await
         }
         Command::Migrate => {
