@@ -17,6 +17,8 @@ mod m20261123_000002_budgets;
 mod m20261123_000003_flow_stats_index;
 mod m20261123_000004_run_budget_holds;
 mod m20261124_000001_leaner_run_log;
+mod m20261124_000002_packed_event_pages;
+pub mod packed_pages;
 
 pub struct Migrator;
 
@@ -34,6 +36,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000003_flow_stats_index::Migration),
             Box::new(m20261123_000004_run_budget_holds::Migration),
             Box::new(m20261124_000001_leaner_run_log::Migration),
+            Box::new(m20261124_000002_packed_event_pages::Migration),
         ]
     }
 }

@@ -4,13 +4,16 @@
 //!
 //! Page format, shared with the migration that introduced it: an array of
 //! `{"id", "seq", "type", "at" (epoch ms), "payload" (the event envelope)}` in `seq` order, the
-//! row's `first_seq` being the first event's `seq`.
+//! row's `first_seq` being the first event's `seq`. Pages are written packed (the `packed`
+//! column, `baton_migrations::packed_pages`; `events` left empty); pages from before that are
+//! JSON text in `events` and read as they are.
 
 use std::sync::LazyLock;
 
 use baton_domain::TenantId;
 use baton_domain::retention::strip_event_text;
 use baton_domain::run::{RawJson, StoredEvent};
+use baton_migrations::packed_pages;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, EntityTrait, Iterable, QueryFilter, QueryOrder, Value,
@@ -71,7 +74,8 @@ pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
             })
             .collect();
         // Borrowed strings, numbers and already-checked JSON: serialising cannot fail.
-        let mut text = Some(serde_json::to_string(&listed).unwrap_or_else(|_| "[]".to_string()));
+        let json = serde_json::to_vec(&listed).unwrap_or_else(|_| b"[]".to_vec());
+        let mut packed = Some(packed_pages::pack(&json));
         for column in run_event_pages::Column::iter() {
             rows.push(match column {
                 run_event_pages::Column::TenantId => tenant.as_str().to_string().into(),
@@ -79,9 +83,10 @@ pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
                 run_event_pages::Column::FirstSeq => {
                     i32::try_from(first.seq).unwrap_or(i32::MAX).into()
                 }
-                // Each column comes once: the text moves into its value.
-                run_event_pages::Column::Events => text.take().unwrap_or_default().into(),
+                run_event_pages::Column::Events => String::new().into(),
                 run_event_pages::Column::CreatedAt => to_millis(first.created_at).into(),
+                // Each column comes once: the bytes move into their value.
+                run_event_pages::Column::Packed => packed.take().unwrap_or_default().into(),
             });
         }
     }
@@ -89,12 +94,19 @@ pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
 }
 
 fn read_page(page: &run_event_pages::Model) -> StoreResult<Vec<PagedEvent>> {
-    serde_json::from_str(&page.events).map_err(|error| {
+    let corrupt = |error: String| {
         StoreError::Corrupt(
             "run event page",
             format!("run {} from event {}: {error}", page.run_id, page.first_seq),
         )
-    })
+    };
+    match &page.packed {
+        Some(packed) => {
+            let json = packed_pages::unpack(packed).map_err(corrupt)?;
+            serde_json::from_slice(&json).map_err(|error| corrupt(error.to_string()))
+        }
+        None => serde_json::from_str(&page.events).map_err(|error| corrupt(error.to_string())),
+    }
 }
 
 impl Store {
@@ -173,11 +185,15 @@ pub(crate) async fn strip_text<C: ConnectionTrait>(
         if !stripped {
             continue;
         }
-        let text = serde_json::to_string(&events).map_err(|error| {
+        let json = serde_json::to_vec(&events).map_err(|error| {
             StoreError::Corrupt("run event page", format!("run {}: {error}", page.run_id))
         })?;
         run_event_pages::Entity::update_many()
-            .col_expr(run_event_pages::Column::Events, Expr::value(text))
+            .col_expr(run_event_pages::Column::Events, Expr::value(String::new()))
+            .col_expr(
+                run_event_pages::Column::Packed,
+                Expr::value(packed_pages::pack(&json)),
+            )
             .filter(run_event_pages::Column::TenantId.eq(page.tenant_id.as_str()))
             .filter(run_event_pages::Column::RunId.eq(page.run_id.as_str()))
             .filter(run_event_pages::Column::FirstSeq.eq(page.first_seq))
@@ -203,10 +219,12 @@ mod tests {
         }
     }
 
-    fn text(value: &Value) -> &str {
+    fn unpacked(value: &Value) -> Vec<serde_json::Value> {
         match value {
-            Value::String(Some(text)) => text,
-            other => panic!("not text: {other:?}"),
+            Value::Bytes(Some(packed)) => {
+                serde_json::from_slice(&packed_pages::unpack(packed).unwrap()).unwrap()
+            }
+            other => panic!("not bytes: {other:?}"),
         }
     }
 
@@ -223,7 +241,12 @@ mod tests {
         let rows = page_rows(&events);
         let width = PAGE_INSERT.width();
         assert_eq!(rows.len(), 3 * width, "r1 of a, r2 of a, r2 of b");
-        let first: Vec<serde_json::Value> = serde_json::from_str(text(&rows[3])).unwrap();
+        assert_eq!(
+            rows[3],
+            Value::from(String::new()),
+            "the JSON is only packed"
+        );
+        let first = unpacked(&rows[5]);
         assert_eq!(first.len(), 2);
         assert_eq!(first[1]["seq"], 3);
         assert_eq!(first[1]["id"], "r1-3");

@@ -7,7 +7,7 @@
 
 use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
-use baton_migrations::{Migrator, MigratorTrait};
+use baton_migrations::{Migrator, MigratorTrait, packed_pages};
 use baton_store::runs::new_record;
 use baton_store::{Store, StoreOptions};
 use sea_orm::sea_query::{Alias, Expr, Query};
@@ -181,7 +181,8 @@ async fn the_migration_carries_per_event_rows_to_pages_and_back() {
         .write_runs(&[], &[(tenant.clone(), late.clone())])
         .await
         .unwrap();
-    Migrator::down(&db, Some(1)).await.unwrap();
+    // Down past pages: the packing migration unpacks the late page first.
+    Migrator::down(&db, Some(2)).await.unwrap();
     assert_eq!(legacy_event_count(&db).await, 6);
     Migrator::up(&db, None).await.unwrap();
     in_order.push(late);
@@ -231,7 +232,7 @@ async fn an_unreadable_page_is_left_out_of_reads_and_emptied_by_retention() {
     let mut corrupt = Query::update();
     corrupt
         .table(Alias::new("run_event_pages"))
-        .value(Alias::new("events"), "not json")
+        .value(Alias::new("packed"), b"\x10\0\0\0not lz4".to_vec())
         .and_where(Expr::cust(BROKEN_PAGE));
     raw.execute(&corrupt).await.unwrap();
 
@@ -246,11 +247,70 @@ async fn an_unreadable_page_is_left_out_of_reads_and_emptied_by_retention() {
     let sound = store.run_events(&tenant, "run-sound").await.unwrap();
     assert!(sound[0].payload.to_value()["data"]["result"].is_null());
     let mut page = Query::select();
-    page.column(Alias::new("events"))
+    page.column(Alias::new("packed"))
         .from(Alias::new("run_event_pages"))
         .and_where(Expr::cust(BROKEN_PAGE));
     let row = raw.query_one(&page).await.unwrap().unwrap();
-    assert_eq!(row.try_get_by_index::<String>(0).unwrap(), "[]");
+    let packed = row.try_get_by_index::<Vec<u8>>(0).unwrap();
+    assert_eq!(packed_pages::unpack(&packed).unwrap(), b"[]");
+    raw.close().await.unwrap();
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn pages_are_stored_packed_and_pages_from_before_are_read_and_stripped() {
+    let db = database("packed").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let (run, page) = old_run_with_text(&tenant, "run-new");
+    let written = page.1.clone();
+    store.write_runs(&[run], &[page]).await.unwrap();
+    let raw = Database::connect(db.url()).await.unwrap();
+    let mut stored = Query::select();
+    stored
+        .columns([Alias::new("events"), Alias::new("packed")])
+        .from(Alias::new("run_event_pages"))
+        .and_where(Expr::cust("run_id = 'run-new'"));
+    let row = raw.query_one(&stored).await.unwrap().unwrap();
+    assert_eq!(row.try_get_by_index::<String>(0).unwrap(), "");
+    let json = packed_pages::unpack(&row.try_get_by_index::<Vec<u8>>(1).unwrap()).unwrap();
+    let listed: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!(listed[0]["id"], written.id.as_str());
+    assert_eq!(listed[0]["payload"], written.payload.to_value());
+
+    // A page as written before packing: JSON text, no packed bytes.
+    let (old_run, old_page) = old_run_with_text(&tenant, "run-old");
+    store.write_runs(&[old_run], &[]).await.unwrap();
+    let text = json!([{"id": old_page.1.id, "seq": 0, "type": "requestCompleted",
+                       "at": old_page.1.created_at.0.timestamp_millis(),
+                       "payload": old_page.1.payload.to_value()}])
+    .to_string();
+    let mut insert = Query::insert();
+    insert
+        .into_table(Alias::new("run_event_pages"))
+        .columns(["tenant_id", "run_id", "first_seq", "events", "created_at"].map(Alias::new))
+        .values([
+            tenant.as_str().into(),
+            "run-old".into(),
+            0i32.into(),
+            text.into(),
+            old_page.1.created_at.0.timestamp_millis().into(),
+        ])
+        .unwrap();
+    raw.execute(&insert).await.unwrap();
+    assert_eq!(
+        summary(&store.run_events(&tenant, "run-old").await.unwrap()),
+        summary(std::slice::from_ref(&old_page.1))
+    );
+    assert_eq!(store.strip_expired_text(&tenant, 7, 10).await.unwrap(), 2);
+    for run in ["run-old", "run-new"] {
+        let events = store.run_events(&tenant, run).await.unwrap();
+        assert_eq!(events.len(), 1, "{run}");
+        assert!(
+            events[0].payload.to_value()["data"]["result"].is_null(),
+            "{run}"
+        );
+    }
     raw.close().await.unwrap();
     db.drop_database().await;
 }

@@ -10,9 +10,13 @@ pub struct Model {
     pub run_id: String,
     #[sea_orm(primary_key, auto_increment = false)]
     pub first_seq: i32,
-    /// JSON array of the page's events, in `seq` order.
+    /// JSON array of the page's events, in `seq` order; empty when the page is `packed`.
     pub events: String,
     pub created_at: i64,
+    /// The JSON packed (`baton_migrations::packed_pages`): every page written since that
+    /// migration.
+    #[sea_orm(column_type = "Blob", nullable)]
+    pub packed: Option<Vec<u8>>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
