@@ -59,6 +59,7 @@ const BENCH_PACKAGES: &[&str] = &[
     "baton-providers",
     "baton-ledger",
     "baton-executor",
+    "baton-store",
 ];
 
 /// `cargo bench` over [`BENCH_PACKAGES`]; everything after `bench` is passed through, so

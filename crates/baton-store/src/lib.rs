@@ -109,6 +109,7 @@ impl Store {
                     .synchronous(SqliteSynchronous::Normal)
                     .busy_timeout(busy)
                     .foreign_keys(true)
+                    .pragma("temp_store", "memory")
             });
         }
         let db = Database::connect(connect).await?;
