@@ -1,6 +1,8 @@
 //! Extractors whose rejections are [`ApiError`]s naming the offending field.
 
-use axum::body::Bytes;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::header;
@@ -8,6 +10,17 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+
+/// The largest request body (`server.max_body_bytes`), for the extractors here, which read
+/// bodies themselves; axum's own extractors take it from `DefaultBodyLimit`.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimit(pub usize);
+
+/// Past the limit, how much more of a body is read and dropped, and for how long, before the
+/// 413 is sent. Closing a socket with unread data resets the connection, and a client still
+/// writing its body then sees a broken pipe instead of the answer (nginx's "lingering close").
+const DRAIN_MAX_BYTES: usize = 8 * 1024 * 1024;
+const DRAIN_MAX_TIME: Duration = Duration::from_secs(2);
 
 /// A JSON body. Syntax errors are `INVALID_JSON`; type errors, unknown and missing fields are
 /// `VALIDATION_ERROR` with `param` set to the field's path (`messages[2].role`).
@@ -37,17 +50,20 @@ where
                 param: None,
             });
         }
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
-            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE)
-            } else {
-                ApiError::Invalid {
-                    code: "INVALID_BODY",
-                    message: rejection.body_text(),
-                    param: None,
+        let bytes = match req.extensions().get::<BodyLimit>().copied() {
+            Some(BodyLimit(limit)) => read_body(req.into_body(), limit).await?,
+            None => Bytes::from_request(req, state).await.map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE)
+                } else {
+                    ApiError::Invalid {
+                        code: "INVALID_BODY",
+                        message: rejection.body_text(),
+                        param: None,
+                    }
                 }
-            }
-        })?;
+            })?,
+        };
         // Every body of this API is a JSON object, but serde also reads a struct from an array
         // (`[null, null]` was a patch that changed nothing): refuse it as the document does.
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
@@ -59,6 +75,55 @@ where
         }
         parse_json(&bytes).map(Json)
     }
+}
+
+/// The whole body, at most `limit` bytes; past it, the rest is drained (bounded) and the answer
+/// is 413. A body in one piece, the usual case, is not copied.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    use futures::StreamExt;
+    let unreadable = |error: axum::Error| ApiError::Invalid {
+        code: "INVALID_BODY",
+        message: format!("the request body could not be read: {error}"),
+        param: None,
+    };
+    let mut stream = body.into_data_stream();
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    let mut length = 0usize;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(unreadable)?;
+        length += chunk.len();
+        if length > limit {
+            drain(stream).await;
+            return Err(ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE));
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(chunk),
+            earlier => {
+                if let Some(earlier) = earlier {
+                    joined.extend_from_slice(&earlier);
+                }
+                joined.extend_from_slice(&chunk);
+            }
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
+}
+
+/// Reads and drops what is left of a refused body, up to [`DRAIN_MAX_BYTES`] and
+/// [`DRAIN_MAX_TIME`], so the client can finish writing and read the answer.
+async fn drain(mut stream: axum::body::BodyDataStream) {
+    use futures::StreamExt;
+    let _ = tokio::time::timeout(DRAIN_MAX_TIME, async {
+        let mut drained = 0usize;
+        while let Some(Ok(chunk)) = stream.next().await {
+            drained += chunk.len();
+            if drained > DRAIN_MAX_BYTES {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Deserialises `bytes`, naming the field at fault in the error.

@@ -101,7 +101,8 @@ pub(crate) fn with_request_layers(
             // `PROVIDER_TIMEOUT`, the run logged). Firing at the same instant, this layer won the
             // race and dropped the handler: a bare `TIMEOUT` and no invocation-log row.
             .layer(TimeoutLayer::with_status_code(StatusCode::GATEWAY_TIMEOUT, config.request_timeout + DEADLINE_GRACE))
-            .layer(DefaultBodyLimit::max(config.max_body_bytes)),
+            .layer(DefaultBodyLimit::max(config.max_body_bytes))
+            .layer(Extension(extract::BodyLimit(config.max_body_bytes))),
     )
 }
 
