@@ -10,6 +10,7 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 use crate::error::ApiError;
+use crate::state::DEFAULT_MAX_BODY_BYTES;
 
 /// The largest request body (`server.max_body_bytes`), for the extractors here, which read
 /// bodies themselves; axum's own extractors take it from `DefaultBodyLimit`.
@@ -33,7 +34,7 @@ where
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
         let is_json = req
             .headers()
             .get(header::CONTENT_TYPE)
@@ -50,20 +51,12 @@ where
                 param: None,
             });
         }
-        let bytes = match req.extensions().get::<BodyLimit>().copied() {
-            Some(BodyLimit(limit)) => read_body(req.into_body(), limit).await?,
-            None => Bytes::from_request(req, state).await.map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE)
-                } else {
-                    ApiError::Invalid {
-                        code: "INVALID_BODY",
-                        message: rejection.body_text(),
-                        param: None,
-                    }
-                }
-            })?,
-        };
+        // Every router gets the limit from `with_request_layers`; the default is a backstop.
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(DEFAULT_MAX_BODY_BYTES, |limit| limit.0);
+        let bytes = read_body(req.into_body(), limit).await?;
         // Every body of this API is a JSON object, but serde also reads a struct from an array
         // (`[null, null]` was a patch that changed nothing): refuse it as the document does.
         if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
@@ -97,15 +90,14 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
             drain(stream).await;
             return Err(ApiError::from_status(StatusCode::PAYLOAD_TOO_LARGE));
         }
-        match first.take() {
-            None if joined.is_empty() => first = Some(chunk),
-            earlier => {
-                if let Some(earlier) = earlier {
-                    joined.extend_from_slice(&earlier);
-                }
-                joined.extend_from_slice(&chunk);
-            }
+        if first.is_none() && joined.is_empty() {
+            first = Some(chunk);
+            continue;
         }
+        if let Some(earlier) = first.take() {
+            joined.extend_from_slice(&earlier);
+        }
+        joined.extend_from_slice(&chunk);
     }
     Ok(first.unwrap_or_else(|| Bytes::from(joined)))
 }

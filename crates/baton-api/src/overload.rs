@@ -12,7 +12,7 @@
 //! A fixed cap on requests in flight would be the wrong tool: a model call takes seconds, so
 //! thousands in flight is a normal day, while a few hundred CPU-bound ones can be too many.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -71,7 +71,6 @@ pub struct Overload {
     last_delay_micros: AtomicU64,
     /// Each probe's latest reading; a probe's place is its index.
     probes: Mutex<Vec<ProbeReading>>,
-    next_probe: AtomicUsize,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -88,7 +87,6 @@ impl Overload {
             shedding: AtomicBool::new(false),
             last_delay_micros: AtomicU64::new(0),
             probes: Mutex::new(Vec::new()),
-            next_probe: AtomicUsize::new(0),
         })
     }
 
@@ -107,10 +105,7 @@ impl Overload {
     /// runs a probe on each: requests are refused while any of them has a standing queue (a
     /// client cannot choose the thread its connection lands on).
     pub fn observe(&self, probe: usize, delay: Duration, now: Instant) -> bool {
-        let mut probes = self
-            .probes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut probes = self.probes();
         if probes.len() <= probe {
             probes.resize(probe + 1, ProbeReading::default());
         }
@@ -150,8 +145,18 @@ impl Overload {
     /// for room in `log`'s queue when runs are logged. Called once per runtime that serves
     /// requests. The task ends when the last handle to `self` is dropped.
     pub fn spawn_probe(self: &Arc<Self>, log: Option<RunWriter>) {
-        let probe = self.next_probe.fetch_add(1, Ordering::Relaxed);
+        let probe = {
+            let mut probes = self.probes();
+            probes.push(ProbeReading::default());
+            probes.len() - 1
+        };
         tokio::spawn(probe_loop(Arc::downgrade(self), probe, log));
+    }
+
+    fn probes(&self) -> std::sync::MutexGuard<'_, Vec<ProbeReading>> {
+        self.probes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

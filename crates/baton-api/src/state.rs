@@ -69,10 +69,13 @@ impl ApiConfig {
     }
 }
 
+/// `server.max_body_bytes` unless configured.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 10 * 1024 * 1024;
+
 impl Default for ApiConfig {
     fn default() -> Self {
         Self {
-            max_body_bytes: 10 * 1024 * 1024,
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             request_timeout: Duration::from_secs(600),
             session_ttl: Duration::from_secs(12 * 3600),
             login_attempts_per_minute: NonZeroU32::MIN.saturating_add(9),
