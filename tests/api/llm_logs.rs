@@ -944,6 +944,32 @@ async fn a_debug_flow_run_keeps_the_lines_of_its_model_and_tool_calls() {
 }
 
 #[tokio::test]
+async fn a_full_batch_is_written_without_waiting_for_the_batch_delay() {
+    // A minute's delay, one run per batch: the run is logged at once, because its batch is
+    // full; with the default batch (256 runs) it would wait the minute.
+    let (app, mock) = crate::chat::app_with_mock_and(|config| {
+        config.invocation_log.batch_max_runs = 1;
+        config.invocation_log.batch_max_delay_ms = 60_000;
+    })
+    .await;
+    let key = app.default_tenant.api_key.clone();
+    mock.push(Reply::text("logged at once").with_usage(10, 5));
+    let response = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            json!({"model": "openai/gpt-4o-mini",
+                   "messages": [{"role": "user", "content": "Say hi"}]}),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let id = response.headers["x-request-id"].to_str().unwrap();
+    let run = wait_for_run(&app, id).await;
+    assert_eq!(run.status, RunStatus::Succeeded);
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn with_the_invocation_log_off_requests_succeed_and_nothing_is_written() {
     let (app, mock) = crate::chat::app_with_mock_and(|config| {
         config.invocation_log.enabled = false;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use baton_api::{ApiConfig, Limits, McpConfig, OverloadConfig};
 use baton_providers::{BUILT_IN, ProvidersConfig};
+use baton_store::runs::WriterOptions;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use secrecy::SecretString;
@@ -335,11 +336,51 @@ pub struct InvocationLogConfig {
     /// Off: runs are not written, so the invocation log, statistics, usage and budget spend
     /// stay empty (a throughput-only deployment; `docs/decisions.md`).
     pub enabled: bool,
+    /// Most runs the log writer commits in one transaction.
+    pub batch_max_runs: usize,
+    /// How long the writer waits for a batch to fill once a run is queued: the longest a
+    /// finished run waits before `/llm-logs`, statistics and budgets see it. Longer batches
+    /// cost less CPU per request; shorter ones shorten each commit (docs/performance.md,
+    /// "Batch size and the concurrency-1 tail").
+    pub batch_max_delay_ms: u64,
 }
+
+/// Bounds of `[invocation_log]`: a batch must fit the writer's queue, and a run should reach
+/// the log within a minute.
+const MAX_BATCH_RUNS: usize = 10_000;
+const MAX_BATCH_DELAY_MS: u64 = 60_000;
 
 impl Default for InvocationLogConfig {
     fn default() -> Self {
-        Self { enabled: true }
+        let writer = WriterOptions::default();
+        Self {
+            enabled: true,
+            batch_max_runs: writer.batch,
+            batch_max_delay_ms: u64::try_from(writer.max_delay.as_millis()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+impl InvocationLogConfig {
+    /// The writer's options, or an error naming the key out of bounds.
+    pub fn writer_options(&self) -> Result<WriterOptions, ServerError> {
+        if !(1..=MAX_BATCH_RUNS).contains(&self.batch_max_runs) {
+            return Err(ServerError::Config(format!(
+                "invocation_log.batch_max_runs must be between 1 and {MAX_BATCH_RUNS}, not {}",
+                self.batch_max_runs
+            )));
+        }
+        if self.batch_max_delay_ms > MAX_BATCH_DELAY_MS {
+            return Err(ServerError::Config(format!(
+                "invocation_log.batch_max_delay_ms must be at most {MAX_BATCH_DELAY_MS}, not {}",
+                self.batch_max_delay_ms
+            )));
+        }
+        Ok(WriterOptions {
+            batch: self.batch_max_runs,
+            max_delay: Duration::from_millis(self.batch_max_delay_ms),
+            ..WriterOptions::default()
+        })
     }
 }
 
@@ -625,6 +666,52 @@ mod tests {
             assert_eq!(config.database_url, DEFAULT_DATABASE_URL);
             assert!(config.invocation_log.enabled);
             assert!(config.api_config().is_ok());
+            let writer = config
+                .invocation_log
+                .writer_options()
+                .map_err(|e| e.to_string())?;
+            assert_eq!(writer.batch, WriterOptions::default().batch);
+            assert_eq!(writer.max_delay, WriterOptions::default().max_delay);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn log_batches_are_configurable_from_the_file_or_the_environment() {
+        Jail::expect_with(|jail| {
+            jail.create_file("baton.toml", "[invocation_log]\nbatch_max_runs = 32\n")?;
+            jail.set_env("BATON_INVOCATION_LOG__BATCH_MAX_DELAY_MS", "20");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            let writer = config
+                .invocation_log
+                .writer_options()
+                .map_err(|e| e.to_string())?;
+            assert_eq!(writer.batch, 32);
+            assert_eq!(writer.max_delay, Duration::from_millis(20));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn log_batches_out_of_bounds_are_refused_naming_the_key() {
+        Jail::expect_with(|jail| {
+            for (toml, key) in [
+                ("batch_max_runs = 0", "invocation_log.batch_max_runs"),
+                ("batch_max_runs = 10001", "invocation_log.batch_max_runs"),
+                (
+                    "batch_max_delay_ms = 60001",
+                    "invocation_log.batch_max_delay_ms",
+                ),
+            ] {
+                jail.create_file("baton.toml", &format!("[invocation_log]\n{toml}\n"))?;
+                let config = Config::load(None).map_err(|e| e.to_string())?;
+                let err = config
+                    .invocation_log
+                    .writer_options()
+                    .unwrap_err()
+                    .to_string();
+                assert!(err.contains(key), "{toml}: {err}");
+            }
             Ok(())
         });
     }

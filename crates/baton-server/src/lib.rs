@@ -89,7 +89,7 @@ impl Application {
             WriterOptions {
                 alerts: Some(alerts),
                 observer: Some(metrics.clone()),
-                ..WriterOptions::default()
+                ..config.invocation_log.writer_options()?
             },
         );
         let state = AppState::build(store.clone(), providers, runs.clone(), config.api_config()?)
