@@ -345,9 +345,7 @@ pub struct InvocationLogConfig {
     pub batch_max_delay_ms: u64,
 }
 
-/// Bounds of `[invocation_log]`: a batch must fit the writer's queue, and a run should reach
-/// the log within a minute.
-const MAX_BATCH_RUNS: usize = 10_000;
+/// A run should reach the log within a minute (a batch's bound is the writer's queue).
 const MAX_BATCH_DELAY_MS: u64 = 60_000;
 
 impl Default for InvocationLogConfig {
@@ -364,10 +362,12 @@ impl Default for InvocationLogConfig {
 impl InvocationLogConfig {
     /// The writer's options, or an error naming the key out of bounds.
     pub fn writer_options(&self) -> Result<WriterOptions, ServerError> {
-        if !(1..=MAX_BATCH_RUNS).contains(&self.batch_max_runs) {
+        let defaults = WriterOptions::default();
+        // A batch larger than the queue could never fill.
+        if !(1..=defaults.capacity).contains(&self.batch_max_runs) {
             return Err(ServerError::Config(format!(
-                "invocation_log.batch_max_runs must be between 1 and {MAX_BATCH_RUNS}, not {}",
-                self.batch_max_runs
+                "invocation_log.batch_max_runs must be between 1 and {}, not {}",
+                defaults.capacity, self.batch_max_runs
             )));
         }
         if self.batch_max_delay_ms > MAX_BATCH_DELAY_MS {
@@ -379,7 +379,7 @@ impl InvocationLogConfig {
         Ok(WriterOptions {
             batch: self.batch_max_runs,
             max_delay: Duration::from_millis(self.batch_max_delay_ms),
-            ..WriterOptions::default()
+            ..defaults
         })
     }
 }
