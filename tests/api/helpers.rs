@@ -402,7 +402,7 @@ pub fn captured_log() -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
     use tracing_subscriber::util::SubscriberInitExt;
     static LOG: std::sync::OnceLock<std::sync::Arc<std::sync::Mutex<Vec<u8>>>> =
         std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
+    let log = LOG.get_or_init(|| {
         let buffer = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let writer = buffer.clone();
         let fmt = tracing_subscriber::fmt::layer()
@@ -418,7 +418,13 @@ pub fn captured_log() -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
             .try_init();
         buffer
     })
-    .clone()
+    .clone();
+    // A callsite first hit by another test thread while the subscriber was being installed
+    // can keep tracing-core's cached "never" interest (tokio-rs/tracing#3401) and so miss this
+    // log for the whole run; re-deciding every callsite's interest now, with the subscriber in
+    // place, corrects that before the caller's requests are served.
+    tracing::callsite::rebuild_interest_cache();
+    log
 }
 
 struct LogWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
