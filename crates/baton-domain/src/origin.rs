@@ -125,7 +125,11 @@ impl CallbackOrigin {
             return false;
         }
         let host = match callback.host() {
-            Some(Host::Domain(domain)) => domain.trim_end_matches('.').to_ascii_lowercase(),
+            // One final dot is the same name; `host..` has an empty label and is another name.
+            Some(Host::Domain(domain)) => domain
+                .strip_suffix('.')
+                .unwrap_or(domain)
+                .to_ascii_lowercase(),
             Some(Host::Ipv4(ip)) => ip.to_string(),
             Some(Host::Ipv6(ip)) => format!("[{ip}]"),
             None => return false,
@@ -261,6 +265,9 @@ mod tests {
         check("a.", "http://a./callback", true);
         check("app.example.com.", "https://app.example.com/", true);
         check("*.example.com.", "https://x.example.com./", true);
+        // Found by fuzzing: only one final dot is dropped; `j..` has an empty last label.
+        check("https://J", "https://j../cb", false);
+        check("*.example.com", "https://x.example.com../cb", false);
         assert_eq!(
             CallbackOrigin::parse("https://app.example.com.:8443", "o")
                 .unwrap()
