@@ -203,23 +203,40 @@ impl VendorTool {
 }
 
 /// One model call in canonical form. `model` is the provider's own model name (no prefix).
+///
+/// Serialised (the invocation log's stored request) without the options left unset: a plain
+/// request's text was two-thirds `null`s and empty lists, written with every logged run.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct InferenceRequest {
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub model: String,
     pub messages: Vec<Message>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub top_p: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub top_k: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub seed: Option<i64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stop: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolDefinition>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_choice: Option<ToolChoice>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub response_format: Option<ResponseFormat>,
     /// Extended-thinking budget for reasoning models.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking_budget: Option<u32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
     pub vendor_tools: Vec<VendorTool>,
     /// Ask the provider to report usage on streams.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stream_usage: bool,
 }
 
@@ -412,6 +429,53 @@ impl ResponseAccumulator {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_serialises_without_its_unset_options_and_reads_back() {
+        let plain = InferenceRequest {
+            model: "gpt-4o-mini".into(),
+            messages: vec![Message::text(Role::User, "Say hi")],
+            ..InferenceRequest::default()
+        };
+        let text = serde_json::to_string(&plain).unwrap();
+        assert_eq!(
+            text,
+            r#"{"model":"gpt-4o-mini","messages":[{"role":"user","content":[{"type":"text","text":"Say hi"}]}]}"#
+        );
+        assert_eq!(
+            serde_json::from_str::<InferenceRequest>(&text).unwrap(),
+            plain
+        );
+        let set = InferenceRequest {
+            temperature: Some(0.0),
+            stop: vec!["END".into()],
+            stream_usage: true,
+            ..plain
+        };
+        let value = serde_json::to_value(&set).unwrap();
+        assert_eq!(
+            (
+                &value["temperature"],
+                &value["stop"],
+                &value["stream_usage"]
+            ),
+            (
+                &serde_json::json!(0.0),
+                &serde_json::json!(["END"]),
+                &serde_json::json!(true)
+            )
+        );
+        assert_eq!(
+            serde_json::from_value::<InferenceRequest>(value).unwrap(),
+            set
+        );
+        // What earlier versions stored, every option spelled out, still reads.
+        let old = r#"{"model":"","messages":[],"temperature":null,"top_p":null,"top_k":null,"max_tokens":null,"seed":null,"stop":[],"tools":[],"tool_choice":null,"response_format":null,"thinking_budget":null,"vendor_tools":[],"stream_usage":false}"#;
+        assert_eq!(
+            serde_json::from_str::<InferenceRequest>(old).unwrap(),
+            InferenceRequest::default()
+        );
+    }
 
     #[test]
     fn images_parse_data_and_https_urls() {

@@ -1,7 +1,9 @@
 //! The model catalogue: data shipped with the code (`data/catalogue.json`), overridable by the
 //! operator. Models missing from it are still served (priced 0, flagged `pricingUncertain`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use foldhash::HashMap;
 
 use baton_domain::model::ModelDescriptor;
 use serde::Deserialize;
@@ -24,7 +26,9 @@ struct CatalogueFile {
 #[derive(Debug, Clone)]
 pub struct Catalogue {
     models: Vec<ModelDescriptor>,
-    /// Provider, then model name: looked up with borrowed `&str`s, no allocation per request.
+    /// Provider, then model name: looked up with borrowed `&str`s, no allocation per request,
+    /// and hashed with foldhash (a request looks models up about eight times; only
+    /// configuration inserts, so SipHash's flooding resistance buys nothing here).
     index: HashMap<String, HashMap<String, usize>>,
     defaults: BTreeMap<String, String>,
     web_search_fees: BTreeMap<String, i64>,
@@ -47,7 +51,7 @@ impl Catalogue {
             model.id = format!("{}/{}", model.provider, model.name);
         }
         models.sort_by(|a, b| a.id.cmp(&b.id));
-        let mut index: HashMap<String, HashMap<String, usize>> = HashMap::new();
+        let mut index: HashMap<String, HashMap<String, usize>> = HashMap::default();
         for (i, m) in models.iter().enumerate() {
             index
                 .entry(m.provider.clone())

@@ -3,7 +3,7 @@
 //! a background cleanup strips text older than the tenant's retention from stored runs, in
 //! bounded batches. Cost, model, status and timings always stay. Debug runs keep their text.
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::time::{Duration, Instant};
 
 use baton_domain::retention::{keeps_text, strip_event_text};
@@ -23,7 +23,8 @@ const RATE_TTL: Duration = Duration::from_secs(30);
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// The log writer's view of the tenants' sample rates, and of which recent requests keep text
-/// (a run's events may reach the writer in a later batch than its row).
+/// (a run's events may reach the writer in a later batch than its row). Looked up several
+/// times per run, keyed by ids Baton generates: foldhash rather than SipHash.
 #[derive(Default)]
 pub(crate) struct TextSampling {
     rates: HashMap<String, (f64, Instant)>,
