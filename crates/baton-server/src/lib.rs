@@ -85,7 +85,7 @@ impl Application {
         let (alerts, alert_queue) = tokio::sync::mpsc::unbounded_channel();
         let metrics = Arc::new(baton_api::metrics::Metrics::new());
         let runs = RunWriter::spawn(
-            store.clone(),
+            store.own_connection().await?,
             WriterOptions {
                 alerts: Some(alerts),
                 observer: Some(metrics.clone()),

@@ -30,6 +30,7 @@ pub mod tools;
 pub mod usage;
 pub mod users;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use baton_migrations::{Migrator, MigratorTrait};
@@ -84,6 +85,20 @@ impl StoreOptions {
 pub struct Store {
     db: DatabaseConnection,
     backend: Backend,
+    options: ConnectedWith,
+}
+
+/// What the store was opened with, for [`Store::own_connection`]. Its `Debug` shows the URL
+/// without its password.
+#[derive(Clone)]
+struct ConnectedWith(Arc<StoreOptions>);
+
+impl std::fmt::Debug for ConnectedWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ConnectedWith")
+            .field(&redact_url(&self.0.url))
+            .finish()
+    }
 }
 
 impl Store {
@@ -113,7 +128,30 @@ impl Store {
             });
         }
         let db = Database::connect(connect).await?;
-        Ok(Store { db, backend })
+        Ok(Store {
+            db,
+            backend,
+            options: ConnectedWith(Arc::new(options.clone())),
+        })
+    }
+
+    /// The same database through a pool of one connection of its own, for a task that writes
+    /// in batches (the invocation log's writer). Its statements are prepared once and stay
+    /// prepared on that connection, where through the shared pool each of its connections
+    /// prepared them again and kept its own copy (a 128-row insert binds thousands of
+    /// parameters: ~1M instructions to prepare on SQLite), and its commits never wait for a
+    /// pooled connection.
+    /// An in-memory SQLite database exists per connection, so such a store is returned as is.
+    pub async fn own_connection(&self) -> StoreResult<Store> {
+        let url = &self.options.0.url;
+        if self.backend == Backend::Sqlite
+            && (url.contains(":memory:") || url.contains("mode=memory"))
+        {
+            return Ok(self.clone());
+        }
+        let mut options = (*self.options.0).clone();
+        options.max_connections = 1;
+        Store::connect(&options).await
     }
 
     pub fn backend(&self) -> Backend {
@@ -224,5 +262,23 @@ mod tests {
             "postgres://u:***@h/db"
         );
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+    }
+
+    #[tokio::test]
+    async fn an_in_memory_database_keeps_its_one_connection() {
+        let store = test_db::memory_store().await;
+        // A second connection would open a second, empty in-memory database.
+        let writer = store.own_connection().await.unwrap();
+        writer.create_tenant("t").await.unwrap();
+        assert_eq!(store.count_tenants().await.unwrap(), 1);
+    }
+
+    #[test]
+    fn the_store_debug_output_hides_the_password() {
+        let options = ConnectedWith(Arc::new(StoreOptions::new("postgres://u:secret@h/db")));
+        assert_eq!(
+            format!("{options:?}"),
+            "ConnectedWith(\"postgres://u:***@h/db\")"
+        );
     }
 }

@@ -6,7 +6,8 @@ use baton_domain::logs::{LogFilter, LogPosition, RunLogEntry, RunSummary};
 use baton_domain::run::RunStatus;
 use sea_orm::sea_query::Query;
 use sea_orm::{
-    ColumnTrait, Condition, EntityTrait, FromQueryResult, QueryFilter, QueryOrder, QuerySelect, Set,
+    ColumnTrait, Condition, ConnectionTrait, EntityTrait, FromQueryResult, QueryFilter, QueryOrder,
+    QuerySelect, Set,
 };
 
 use crate::entity::{run_log_entries, run_tags, runs};
@@ -262,37 +263,32 @@ impl Store {
             .collect())
     }
 
-    /// Stores internal log lines of a debug run.
+    /// Stores internal log lines of a debug run, all or none: a reader never sees part of them.
     pub async fn write_log_entries(
         &self,
         tenant: &TenantId,
         entries: &[RunLogEntry],
     ) -> StoreResult<()> {
-        if entries.is_empty() {
+        self.write_log_entry_sets([(tenant, entries)]).await
+    }
+
+    /// Stores the log lines of several debug runs (a log writer's batch) in one transaction.
+    pub async fn write_log_entry_sets<'a>(
+        &self,
+        sets: impl IntoIterator<Item = (&'a TenantId, &'a [RunLogEntry])>,
+    ) -> StoreResult<()> {
+        let sets: Vec<_> = sets
+            .into_iter()
+            .filter(|(_, entries)| !entries.is_empty())
+            .collect();
+        if sets.is_empty() {
             return Ok(());
         }
-        let rows: Vec<run_log_entries::ActiveModel> = entries
-            .iter()
-            .map(|e| run_log_entries::ActiveModel {
-                id: Set(e.id.clone()),
-                tenant_id: Set(tenant.as_str().to_string()),
-                run_id: Set(e.run_id.clone()),
-                seq: Set(i32::try_from(e.seq).unwrap_or(i32::MAX)),
-                level: Set(e.level.clone()),
-                target: Set(e.target.clone()),
-                message: Set(e.message.clone()),
-                fields: Set(serde_json::to_string(&e.fields).unwrap_or_else(|_| "{}".into())),
-                created_at: Set(to_millis(e.timestamp)),
-            })
-            .collect();
-        // A run's lines (up to 5,000) in statements SQLite's parameter bound always allows.
-        for chunk in crate::bulk::chunks(rows) {
-            run_log_entries::Entity::insert_many(chunk)
-                .on_conflict_do_nothing()
-                .exec_without_returning(self.conn())
-                .await?;
+        let txn = self.begin_write().await?;
+        for (tenant, entries) in sets {
+            insert_log_entries(&txn, tenant, entries).await?;
         }
-        Ok(())
+        Ok(txn.commit().await?)
     }
 
     /// The internal log lines kept for a run, in order (none for a run not made for debugging).
@@ -320,4 +316,48 @@ impl Store {
             })
             .collect())
     }
+}
+
+/// The `target` column's width.
+const TARGET_MAX_CHARS: usize = 256;
+
+/// `text` as a column takes it: PostgreSQL refuses NUL in text, and one refused line would lose
+/// its whole batch's lines (they are one transaction).
+fn storable(text: &str, max_chars: usize) -> String {
+    let text = match text.char_indices().nth(max_chars) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    };
+    if text.contains('\0') {
+        text.replace('\0', "\u{FFFD}")
+    } else {
+        text.to_string()
+    }
+}
+
+/// Inserts a run's lines (up to 5,000) in statements SQLite's parameter bound always allows;
+/// the caller's transaction makes the statements one write.
+async fn insert_log_entries(
+    conn: &impl ConnectionTrait,
+    tenant: &TenantId,
+    entries: &[RunLogEntry],
+) -> StoreResult<()> {
+    let rows = entries.iter().map(|e| run_log_entries::ActiveModel {
+        id: Set(e.id.clone()),
+        tenant_id: Set(tenant.as_str().to_string()),
+        run_id: Set(e.run_id.clone()),
+        seq: Set(i32::try_from(e.seq).unwrap_or(i32::MAX)),
+        level: Set(e.level.clone()),
+        target: Set(storable(&e.target, TARGET_MAX_CHARS)),
+        message: Set(storable(&e.message, usize::MAX)),
+        fields: Set(serde_json::to_string(&e.fields).unwrap_or_else(|_| "{}".into())),
+        created_at: Set(to_millis(e.timestamp)),
+    });
+    for chunk in crate::bulk::chunks(rows.collect()) {
+        run_log_entries::Entity::insert_many(chunk)
+            .on_conflict_do_nothing()
+            .exec_without_returning(conn)
+            .await?;
+    }
+    Ok(())
 }

@@ -664,11 +664,17 @@ impl Batch {
             .apply(store, &mut self.records, &mut self.events)
             .await;
         write_with_retry(store, &self.records, &self.events, closing.clone(), options).await;
-        for (tenant, lines) in &self.lines {
-            // Debugging aid, not billing data: one attempt, failures reported.
-            if let Err(error) = store.write_log_entries(tenant, lines).await {
-                tracing::warn!(%error, "could not write captured log lines");
-            }
+        // Debugging aid, not billing data: one attempt, failures reported. One transaction, so
+        // a reader sees all of a run's lines or none (a run's lines take several statements).
+        if let Err(error) = store
+            .write_log_entry_sets(
+                self.lines
+                    .iter()
+                    .map(|(tenant, lines)| (tenant, lines.as_slice())),
+            )
+            .await
+        {
+            tracing::warn!(%error, "could not write captured log lines");
         }
     }
 }
