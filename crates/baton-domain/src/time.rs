@@ -1,6 +1,6 @@
 use std::fmt;
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A UTC instant written as ISO 8601 with milliseconds (`2026-11-22T10:00:00.000Z`), the one
@@ -17,15 +17,64 @@ impl Timestamp {
     }
 }
 
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ`: the length of a formatted [`Timestamp`] in years 0-9999.
+const ISO_MILLIS_LEN: usize = 24;
+
+impl Timestamp {
+    /// The wire form written into `buf` with integer arithmetic: several times an event's
+    /// stored and streamed envelopes, so chrono's general formatter (a `String` per call) was
+    /// ~1k instructions a timestamp. `None` for years outside 0-9999, which chrono writes with
+    /// a sign and more digits.
+    fn format_into(self, buf: &mut [u8; ISO_MILLIS_LEN]) -> Option<&str> {
+        let year = u32::try_from(self.0.year()).ok().filter(|y| *y <= 9999)?;
+        let mut put = |at: usize, value: u32, digits: usize| {
+            let mut value = value;
+            for slot in buf[at..at + digits].iter_mut().rev() {
+                *slot = b'0' + (value % 10) as u8;
+                value /= 10;
+            }
+        };
+        put(0, year, 4);
+        put(5, self.0.month(), 2);
+        put(8, self.0.day(), 2);
+        put(11, self.0.hour(), 2);
+        put(14, self.0.minute(), 2);
+        // A leap second (nanoseconds past 1e9) shows as second 60, as chrono writes it.
+        let nanos = self.0.nanosecond();
+        put(17, self.0.second() + nanos / 1_000_000_000, 2);
+        put(20, (nanos % 1_000_000_000) / 1_000_000, 3);
+        for (at, separator) in [
+            (4, b'-'),
+            (7, b'-'),
+            (10, b'T'),
+            (13, b':'),
+            (16, b':'),
+            (19, b'.'),
+            (23, b'Z'),
+        ] {
+            buf[at] = separator;
+        }
+        std::str::from_utf8(buf).ok()
+    }
+}
+
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true))
+        let mut buf = [0u8; ISO_MILLIS_LEN];
+        match self.format_into(&mut buf) {
+            Some(text) => f.write_str(text),
+            None => f.write_str(&self.0.to_rfc3339_opts(SecondsFormat::Millis, true)),
+        }
     }
 }
 
 impl Serialize for Timestamp {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.collect_str(self)
+        let mut buf = [0u8; ISO_MILLIS_LEN];
+        match self.format_into(&mut buf) {
+            Some(text) => serializer.serialize_str(text),
+            None => serializer.collect_str(self),
+        }
     }
 }
 
@@ -126,6 +175,33 @@ fn parse_count(text: &str) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn timestamps_are_written_as_chrono_writes_them() {
+        let chrono_form = |t: DateTime<Utc>| t.to_rfc3339_opts(SecondsFormat::Millis, true);
+        let mut ms: i64 = -62_167_219_200_000; // 0000-01-01T00:00:00.000Z
+        let step = 7_919_993_017; // about three months, odd so every field moves
+        while ms < 253_402_300_800_000 {
+            let at = DateTime::from_timestamp_millis(ms).unwrap();
+            assert_eq!(Timestamp(at).to_string(), chrono_form(at), "{ms}");
+            ms += step;
+        }
+        // Sub-millisecond digits are cut, as chrono cuts them; years past 9999 fall back.
+        let precise = DateTime::from_timestamp(1_764_000_000, 123_987_654).unwrap();
+        assert_eq!(Timestamp(precise).to_string(), "2025-11-24T16:00:00.123Z");
+        let far = DateTime::from_timestamp_millis(253_402_300_800_000).unwrap();
+        assert_eq!(Timestamp(far).to_string(), chrono_form(far));
+        let leap = chrono::NaiveDate::from_ymd_opt(2016, 12, 31)
+            .unwrap()
+            .and_hms_milli_opt(23, 59, 59, 1_500)
+            .unwrap()
+            .and_utc();
+        assert_eq!(Timestamp(leap).to_string(), chrono_form(leap));
+        assert_eq!(
+            serde_json::to_string(&Timestamp(precise)).unwrap(),
+            "\"2025-11-24T16:00:00.123Z\""
+        );
+    }
 
     #[test]
     fn spans() {
