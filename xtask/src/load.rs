@@ -11,6 +11,7 @@
 //! `target/bench/load.json` and prints the figures, the targets of issue 9 and the ratios.
 
 pub(crate) mod driver;
+pub(crate) mod instructions;
 mod options;
 pub(crate) mod procs;
 mod report;
@@ -149,6 +150,19 @@ async fn drive(options: Options, bins: PathBuf, pinning: Pinning) -> anyhow::Res
     Ok(())
 }
 
+/// Baton's chat endpoint at `address` with the bench key: provider `openai` is the mock,
+/// `mocklong` its long-stream route (`procs::start_baton`).
+pub(crate) fn baton_target(address: &str) -> Target {
+    let url = format!("http://{address}/api/v1/chat/completions");
+    Target::new(
+        url.clone(),
+        url,
+        Some(procs::BOOTSTRAP_KEY),
+        "openai/gpt-4o-mini",
+        "mocklong/gpt-4o-mini",
+    )
+}
+
 /// Starts one gateway, runs the scenarios through it and stops it. An error here skips the
 /// gateway (PostgreSQL unreachable, LiteLLM not installable) with its reason in the report.
 async fn run_one(
@@ -170,10 +184,12 @@ async fn run_one(
             cpus,
             // The concurrent-streams phase measures the gateway, not the per-tenant abuse
             // limit (100 open streams by default): every stream is the bench tenant's.
-            env: vec![(
-                "BATON_LIMITS__MAX_STREAMS_PER_TENANT".into(),
+            env: std::iter::once((
+                "BATON_LIMITS__MAX_STREAMS_PER_TENANT".to_string(),
                 (ctx.options.concurrent_streams + 10).to_string(),
-            )],
+            ))
+            .chain(ctx.options.baton_env.iter().cloned())
+            .collect(),
             ..BatonSpec::new(bins, &dir.0, mock_addr, database_url)
         })
     };
@@ -190,14 +206,7 @@ async fn run_one(
         Gateway::LiteLlm => procs::start_litellm(bench_dir, &dir.0, mock_addr, cpus)?,
     };
     let target = if gateway.is_baton() {
-        let url = format!("http://{address}/api/v1/chat/completions");
-        Target::new(
-            url.clone(),
-            url,
-            Some(procs::BOOTSTRAP_KEY),
-            "openai/gpt-4o-mini",
-            "mocklong/gpt-4o-mini",
-        )
+        baton_target(&address)
     } else {
         let url = format!("http://{address}/v1/chat/completions");
         Target::new(

@@ -12,13 +12,16 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("openapi") => openapi(args.get(1).map(String::as_str)),
         Some("bench") if args.get(1).map(String::as_str) == Some("load") => load::run(&args[2..]),
+        Some("bench") if args.get(1).map(String::as_str) == Some("instructions") => {
+            load::instructions::run(&args[2..])
+        }
         Some("bench") => bench(&args[1..]),
         Some("conformance") => conformance::run(&args[1..]),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("soak") => soak::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [OPTIONS] load-test Baton (and --peer litellm) against the fast mock;\n                      --smoke for CI, --help for the options (docs/benchmarks.md)\n  conformance [--max-examples N] [--seed S] [-- SCHEMATHESIS ARGS]\n                      schemathesis against the running service (docs/reliability.md)\n  fuzz [--seconds N] [--dev] [TARGET...]\n                      run the fuzz targets N seconds each (default 60; --dev: unoptimised\n                      build, as CI runs it; docs/reliability.md)\n  soak [--smoke] [--duration S] [--rate R]\n                      soak the real binary with a mixed load; nothing may be lost (docs/reliability.md)"
+                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [OPTIONS] load-test Baton (and --peer litellm) against the fast mock;\n                      --smoke for CI, --help for the options (docs/benchmarks.md)\n  bench instructions [--requests N] [--warm-up N] [--gateways sqlite,nolog]\n                      instructions per request under callgrind (needs valgrind)\n  conformance [--max-examples N] [--seed S] [-- SCHEMATHESIS ARGS]\n                      schemathesis against the running service (docs/reliability.md)\n  fuzz [--seconds N] [--dev] [TARGET...]\n                      run the fuzz targets N seconds each (default 60; --dev: unoptimised\n                      build, as CI runs it; docs/reliability.md)\n  soak [--smoke] [--duration S] [--rate R]\n                      soak the real binary with a mixed load; nothing may be lost (docs/reliability.md)"
             );
             return ExitCode::FAILURE;
         }

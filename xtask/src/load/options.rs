@@ -7,7 +7,8 @@ use anyhow::{Context, bail, ensure};
 pub const USAGE: &str =
     "usage: cargo xtask bench load [--smoke] [--duration SECS] [--sweep-duration SECS]
     [--rates N,N] [--sweep N,N,...] [--concurrency N] [--streams N] [--concurrent-streams N]
-    [--mock-delay-ms MS] [--gateways sqlite,postgres,nolog] [--peer litellm] [--postgres-url URL]";
+    [--mock-delay-ms MS] [--gateways sqlite,postgres,nolog] [--peer litellm] [--postgres-url URL]
+    [--baton-env KEY=VALUE]...";
 
 /// One way of serving the scenarios besides the direct path to the mock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,6 +64,9 @@ pub struct Options {
     pub gateways: Vec<Gateway>,
     /// An existing database to connect to for `CREATE DATABASE` / `DROP DATABASE`.
     pub postgres_url: String,
+    /// More variables for every Baton gateway (`--baton-env`, repeatable): A/B runs of a
+    /// setting or of the allocator's configuration without a rebuild.
+    pub baton_env: Vec<(String, String)>,
 }
 
 impl Options {
@@ -81,6 +85,7 @@ impl Options {
                 mock_delay_ms: 0,
                 gateways: vec![Gateway::Sqlite, Gateway::NoLog],
                 postgres_url: DEFAULT_POSTGRES_URL.into(),
+                baton_env: Vec::new(),
             }
         } else {
             Options {
@@ -95,6 +100,7 @@ impl Options {
                 mock_delay_ms: 0,
                 gateways: vec![Gateway::Sqlite, Gateway::Postgres, Gateway::NoLog],
                 postgres_url: DEFAULT_POSTGRES_URL.into(),
+                baton_env: Vec::new(),
             }
         };
         let mut peer = false;
@@ -124,6 +130,14 @@ impl Options {
                     other => bail!("--peer: unknown peer '{other}' (only litellm)"),
                 },
                 "--postgres-url" => options.postgres_url = value()?.to_string(),
+                "--baton-env" => {
+                    let pair = value()?;
+                    let (key, value) = pair
+                        .split_once('=')
+                        .filter(|(key, _)| !key.is_empty())
+                        .with_context(|| format!("--baton-env: '{pair}' is not KEY=VALUE"))?;
+                    options.baton_env.push((key.to_string(), value.to_string()));
+                }
                 other => bail!("unknown option {other}\n{USAGE}"),
             }
         }
@@ -209,6 +223,23 @@ mod tests {
             [Gateway::NoLog, Gateway::Sqlite, Gateway::LiteLlm]
         );
         assert_eq!(peer.rates, [10, 20]);
+        let env = parse(&[
+            "--baton-env",
+            "BATON_INVOCATION_LOG__BATCH_MAX_RUNS=32",
+            "--baton-env",
+            "_RJEM_MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1",
+        ])
+        .unwrap();
+        assert_eq!(
+            env.baton_env,
+            [
+                ("BATON_INVOCATION_LOG__BATCH_MAX_RUNS".into(), "32".into()),
+                (
+                    "_RJEM_MALLOC_CONF".into(),
+                    "dirty_decay_ms:-1,muzzy_decay_ms:-1".into()
+                ),
+            ]
+        );
     }
 
     #[test]
@@ -219,5 +250,10 @@ mod tests {
         assert!(err.contains("--rates"), "{err}");
         assert!(parse(&["--peer", "nginx"]).is_err());
         assert!(parse(&["--duration"]).is_err());
+        let err = parse(&["--baton-env", "=1"]).unwrap_err().to_string();
+        assert!(
+            err.contains("--baton-env") && err.contains("KEY=VALUE"),
+            "{err}"
+        );
     }
 }

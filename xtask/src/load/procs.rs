@@ -29,6 +29,24 @@ impl Guarded {
     pub fn pid(&self) -> u32 {
         self.0.id()
     }
+
+    /// Asks the process to stop (`SIGTERM`, so it shuts down as it would in production and a
+    /// wrapper such as valgrind writes its results) and waits up to `limit` for it to exit.
+    pub fn terminate(mut self, limit: Duration) -> anyhow::Result<()> {
+        let status = Command::new("kill").arg(self.pid().to_string()).status()?;
+        ensure!(status.success(), "kill {} failed", self.pid());
+        let deadline = Instant::now() + limit;
+        while self.0.try_wait()?.is_none() {
+            ensure!(
+                Instant::now() < deadline,
+                "process {} still running {} s after SIGTERM",
+                self.pid(),
+                limit.as_secs()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Guarded {
@@ -128,6 +146,9 @@ pub struct BatonSpec<'a> {
     pub log_file: Option<&'a Path>,
     /// More `BATON_*` variables (other providers, limits).
     pub env: Vec<(String, String)>,
+    /// A program Baton runs under, with its arguments (`valgrind --tool=callgrind ...`); empty
+    /// for none. Not combined with pinning.
+    pub wrapper: Vec<String>,
 }
 
 impl<'a> BatonSpec<'a> {
@@ -149,6 +170,7 @@ impl<'a> BatonSpec<'a> {
             cpus: None,
             log_file: None,
             env: Vec::new(),
+            wrapper: Vec::new(),
         }
     }
 }
@@ -158,7 +180,14 @@ impl<'a> BatonSpec<'a> {
 /// `mocklong` (an extra OpenAI-compatible one) is the mock's long-stream route.
 pub fn start_baton(spec: &BatonSpec<'_>) -> anyhow::Result<(Guarded, String)> {
     let mock_addr = spec.mock_addr;
-    let mut command = pinned(&spec.bins.join("baton"), spec.cpus);
+    let mut command = match spec.wrapper.split_first() {
+        Some((program, args)) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(spec.bins.join("baton"));
+            command
+        }
+        None => pinned(&spec.bins.join("baton"), spec.cpus),
+    };
     command
         .args(["serve", "--bind", "127.0.0.1:0"])
         .current_dir(spec.dir)

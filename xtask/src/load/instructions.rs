@@ -1,0 +1,240 @@
+//! `cargo xtask bench instructions`: what one request costs Baton in instructions, counted by
+//! callgrind instead of timed (`docs/benchmarks.md`). On a shared VM timings move 15-20% from
+//! one run to the next; the total moves by 2-3% (work that runs by the clock), and a function's
+//! own count in the kept callgrind files by far less, so changes of a few percent show.
+//!
+//! For each configuration Baton (release build) runs twice under
+//! `valgrind --tool=callgrind`: once for a warm-up alone, once for the warm-up and then
+//! `--requests` one-call chat completions, one at a time, against the fast mock. The
+//! difference of the two totals, divided by the requests, is the cost of one request in every
+//! thread of the process (serving threads, log writer, database connection), start-up and
+//! shutdown cancelling out. The log writer is given 60 s to fill a batch of 256 runs, so its
+//! batches are as full as under load although requests arrive only ~100 a second under
+//! valgrind; load shedding is off, so no timer ticks by the clock. System calls' work in the
+//! kernel is not counted.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use serde_json::{Value, json};
+
+use super::driver;
+use super::procs::{self, BatonSpec, TempDir};
+use super::{baton_target, build, target_dir};
+
+const USAGE: &str = "usage: cargo xtask bench instructions [--requests N] [--warm-up N] \
+                     [--gateways sqlite,nolog]";
+
+/// Runs per log batch (the default's size), given a minute to fill.
+const LOG_BATCH: u64 = 256;
+
+struct Options {
+    requests: u64,
+    warm_up: u64,
+    /// Invocation log on (`sqlite`) and/or off (`nolog`).
+    logged: Vec<bool>,
+}
+
+impl Options {
+    fn parse(args: &[String]) -> anyhow::Result<Options> {
+        // Whole log batches on both sides: the warm-up fills two (every insert statement the
+        // writer uses has been prepared before counting starts) and the requests four, so both
+        // runs end with the same partial batch at shutdown.
+        let mut options = Options {
+            requests: 4 * LOG_BATCH,
+            warm_up: 2 * LOG_BATCH,
+            logged: vec![true, false],
+        };
+        let mut args = args.iter();
+        while let Some(flag) = args.next() {
+            let mut value = || {
+                args.next()
+                    .with_context(|| format!("{flag} needs a value\n{USAGE}"))
+            };
+            match flag.as_str() {
+                "--requests" => options.requests = value()?.parse().context("--requests")?,
+                "--warm-up" => options.warm_up = value()?.parse().context("--warm-up")?,
+                "--gateways" => {
+                    options.logged = value()?
+                        .split(',')
+                        .map(|name| match name.trim() {
+                            "sqlite" => Ok(true),
+                            "nolog" => Ok(false),
+                            other => bail!("unknown gateway {other:?}: sqlite or nolog"),
+                        })
+                        .collect::<anyhow::Result<_>>()?;
+                }
+                "--help" | "-h" => bail!("{USAGE}"),
+                other => bail!("unknown option {other:?}\n{USAGE}"),
+            }
+        }
+        ensure!(options.requests > 0, "--requests must be at least 1");
+        Ok(options)
+    }
+}
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    let options = Options::parse(args)?;
+    let valgrind = Command::new("valgrind").arg("--version").output();
+    ensure!(
+        valgrind.is_ok_and(|out| out.status.success()),
+        "valgrind is not installed (Debian: apt-get install valgrind)"
+    );
+    // As for `bench load`: the debug xtask (`cargo xtask`) builds the release binaries; a
+    // release xtask run by hand uses what is there. The client's speed does not matter here.
+    if cfg!(debug_assertions) {
+        build(&["--release"])?;
+    }
+    let bins = target_dir().join("release");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let bench_dir = target_dir().join("bench");
+    std::fs::create_dir_all(&bench_dir)?;
+    let report = runtime.block_on(measure(&options, &bins, &bench_dir))?;
+    let path = bench_dir.join("instructions.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&report)?)?;
+    eprintln!("bench: wrote {}", path.display());
+    Ok(())
+}
+
+async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Result<Value> {
+    let (_mock, mock_addr) = procs::start_mock(bins, &procs::bench_mock_args(0), None)?;
+    let client = driver::client()?;
+    let mut results = Vec::new();
+    for &logged in &options.logged {
+        let name = if logged {
+            "baton-sqlite"
+        } else {
+            "baton-nolog"
+        };
+        eprintln!("bench: {name}: warm-up only, under callgrind");
+        let keep = |run: &str| bench_dir.join(format!("instructions-{name}-{run}.callgrind"));
+        let base = count(
+            bins,
+            &mock_addr,
+            &client,
+            logged,
+            options.warm_up,
+            &keep("warm-up"),
+        )
+        .await?;
+        eprintln!("bench: {name}: warm-up and {} requests", options.requests);
+        let total = count(
+            bins,
+            &mock_addr,
+            &client,
+            logged,
+            options.warm_up + options.requests,
+            &keep("requests"),
+        )
+        .await?;
+        let per_request = total.saturating_sub(base) as f64 / options.requests as f64;
+        eprintln!("bench: {name}: {per_request:.0} instructions per request");
+        results.push(json!({
+            "gateway": name,
+            "instructions_per_request": per_request.round(),
+            "total_warm_up_only": base,
+            "total_with_requests": total,
+            "callgrind_files": [keep("warm-up"), keep("requests")],
+        }));
+    }
+    Ok(json!({
+        "requests": options.requests,
+        "warm_up": options.warm_up,
+        "results": results,
+    }))
+}
+
+/// Every instruction Baton runs from start to exit, with `requests` requests sent in between;
+/// callgrind's file is kept at `keep` (for `callgrind_annotate`, per function).
+async fn count(
+    bins: &Path,
+    mock_addr: &str,
+    client: &reqwest::Client,
+    logged: bool,
+    requests: u64,
+    keep: &Path,
+) -> anyhow::Result<u64> {
+    let dir = TempDir::new("instructions")?;
+    let output = dir.0.join("callgrind.out");
+    let database = format!("sqlite://{}", dir.0.join("baton.db").display());
+    let (baton, address) = procs::start_baton(&BatonSpec {
+        invocation_log: logged,
+        wrapper: vec![
+            "valgrind".into(),
+            "--tool=callgrind".into(),
+            format!("--callgrind-out-file={}", output.display()),
+        ],
+        env: vec![
+            // Load shedding's probes tick every 20 ms by the clock: how many fall within a run
+            // depends on how fast valgrind goes, which would make the count vary with the
+            // machine's load.
+            ("BATON_SERVER__SHED_QUEUE_DELAY_MS".into(), "0".into()),
+            (
+                "BATON_INVOCATION_LOG__BATCH_MAX_RUNS".into(),
+                LOG_BATCH.to_string(),
+            ),
+            (
+                "BATON_INVOCATION_LOG__BATCH_MAX_DELAY_MS".into(),
+                "60000".into(),
+            ),
+        ],
+        ..BatonSpec::new(bins, &dir.0, mock_addr, &database)
+    })?;
+    let target = baton_target(&address);
+    let outcome = driver::sequential(client, &target, None, Some(requests)).await?;
+    if outcome.errors > 0 {
+        bail!(
+            "{} of {requests} requests failed: {}",
+            outcome.errors,
+            outcome.first_error.unwrap_or_default()
+        );
+    }
+    // Shutdown writes the log's last batch; callgrind writes its counts at exit.
+    baton.terminate(Duration::from_secs(300))?;
+    let totals = totals(&output)?;
+    std::fs::copy(&output, keep).with_context(|| format!("keeping {}", keep.display()))?;
+    Ok(totals)
+}
+
+fn totals(path: &Path) -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading callgrind's output {}", path.display()))?;
+    parse_totals(&text).with_context(|| format!("no totals line in {}", path.display()))
+}
+
+/// The `totals:` line of a callgrind output file (its first event: instructions).
+fn parse_totals(text: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|line| line.strip_prefix("totals:"))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|count| count.parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totals_come_from_callgrinds_totals_line() {
+        let output = "version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nfn=(1) main\n16 3\n\
+                      summary: 1107504808\ntotals: 1107504969\n";
+        assert_eq!(parse_totals(output), Some(1_107_504_969));
+        assert_eq!(parse_totals("events: Ir\nsummary: 12\n"), None);
+    }
+
+    #[test]
+    fn options_default_to_both_configurations_and_refuse_unknown_ones() {
+        let options = Options::parse(&[]).unwrap();
+        assert_eq!((options.requests, options.warm_up), (1_024, 512));
+        assert_eq!(options.logged, [true, false]);
+        let args = ["--gateways", "nolog", "--requests", "50"].map(String::from);
+        let options = Options::parse(&args).unwrap();
+        assert_eq!((options.requests, options.logged), (50, vec![false]));
+        assert!(Options::parse(&["--gateways".into(), "postgres".into()]).is_err());
+        assert!(Options::parse(&["--requests".into(), "0".into()]).is_err());
+    }
+}
