@@ -343,6 +343,22 @@ pub struct InvocationLogConfig {
     /// cost less CPU per request; shorter ones shorten each commit (docs/performance.md,
     /// "Batch size and the concurrency-1 tail").
     pub batch_max_delay_ms: u64,
+    /// `idle` (default): batches are written on a thread at idle scheduling priority while the
+    /// writer keeps up, so requests never wait for a CPU behind a commit; `normal`: on the
+    /// writer's own runtime (docs/performance.md, "The log writer at idle priority").
+    pub writer_priority: WriterPriority,
+}
+
+/// Where the log writer writes its batches (`invocation_log.writer_priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WriterPriority {
+    /// On a `SCHED_IDLE` thread (Linux) while the writer keeps up: only on CPU time nothing
+    /// else wants.
+    #[default]
+    Idle,
+    /// On the writer's own runtime, at the scheduler's default priority.
+    Normal,
 }
 
 /// A run should reach the log within a minute (a batch's bound is the writer's queue).
@@ -355,6 +371,7 @@ impl Default for InvocationLogConfig {
             enabled: true,
             batch_max_runs: writer.batch,
             batch_max_delay_ms: u64::try_from(writer.max_delay.as_millis()).unwrap_or(u64::MAX),
+            writer_priority: WriterPriority::default(),
         }
     }
 }
@@ -688,6 +705,24 @@ mod tests {
                 .map_err(|e| e.to_string())?;
             assert_eq!(writer.batch, 32);
             assert_eq!(writer.max_delay, Duration::from_millis(20));
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_writer_priority_defaults_to_idle_and_names_its_key_when_wrong() {
+        Jail::expect_with(|jail| {
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.invocation_log.writer_priority, WriterPriority::Idle);
+            jail.set_env("BATON_INVOCATION_LOG__WRITER_PRIORITY", "normal");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(
+                config.invocation_log.writer_priority,
+                WriterPriority::Normal
+            );
+            jail.set_env("BATON_INVOCATION_LOG__WRITER_PRIORITY", "high");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.to_lowercase().contains("writer_priority"), "{err}");
             Ok(())
         });
     }

@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod config;
 pub mod error;
+mod log_writer;
 mod serving;
 pub mod telemetry;
 
@@ -89,6 +90,11 @@ impl Application {
             WriterOptions {
                 alerts: Some(alerts),
                 observer: Some(metrics.clone()),
+                idle_lane: log_writer::spawn_idle_lane(
+                    &store,
+                    config.invocation_log.writer_priority,
+                )
+                .await?,
                 ..config.invocation_log.writer_options()?
             },
         );

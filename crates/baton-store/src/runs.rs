@@ -477,6 +477,37 @@ pub struct WriterOptions {
     pub alerts: Option<mpsc::UnboundedSender<BudgetAlert>>,
     /// Told about every written batch.
     pub observer: Option<Arc<dyn WrittenRuns>>,
+    /// Where batches are written while the writer keeps up (see [`IdleLane`]).
+    pub idle_lane: Option<IdleLane>,
+}
+
+/// A second place to write batches: another runtime with a connection of its own, which the
+/// server runs on a thread at idle scheduling priority, so a batch being written never keeps a
+/// request waiting for a CPU. Used while the writer keeps up; when it falls behind (a queue
+/// holding more than a batch, or a batch starved for CPU on a saturated machine) batches are
+/// written on the writer's own runtime for a while, so a busy machine cannot starve the log
+/// and stall requests on a full queue.
+#[derive(Clone)]
+pub struct IdleLane {
+    runtime: tokio::runtime::Handle,
+    store: Store,
+    /// Dropped with the lane's last holder: the lane's thread may then end.
+    _alive: Arc<dyn Send + Sync>,
+}
+
+impl IdleLane {
+    /// `alive` is held as long as the lane is used (a thread's stop signal, say).
+    pub fn new(
+        runtime: tokio::runtime::Handle,
+        store: Store,
+        alive: impl Send + Sync + 'static,
+    ) -> Self {
+        IdleLane {
+            runtime,
+            store,
+            _alive: Arc::new(alive),
+        }
+    }
 }
 
 impl std::fmt::Debug for WriterOptions {
@@ -485,6 +516,7 @@ impl std::fmt::Debug for WriterOptions {
             .field("capacity", &self.capacity)
             .field("batch", &self.batch)
             .field("max_delay", &self.max_delay)
+            .field("idle_lane", &self.idle_lane.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -500,6 +532,7 @@ impl Default for WriterOptions {
             max_delay: Duration::from_millis(100),
             alerts: None,
             observer: None,
+            idle_lane: None,
         }
     }
 }
@@ -574,10 +607,16 @@ async fn run_writer(
     mut rx: mpsc::Receiver<Message>,
     closing: watch::Receiver<bool>,
     batch_ready: Arc<BatchReady>,
-    options: WriterOptions,
+    mut options: WriterOptions,
 ) {
     let mut buffer: Vec<Message> = Vec::with_capacity(options.batch);
     let mut sampling = TextSampling::default();
+    let mut lanes = Lanes {
+        store: store.clone(),
+        idle: options.idle_lane.take(),
+        own_until: Instant::now(),
+    };
+    let options = Arc::new(options);
     let is_close = |m: &Message| matches!(m, Message::Close(_));
     loop {
         if rx.recv_many(&mut buffer, options.batch).await == 0 {
@@ -615,7 +654,11 @@ async fn run_writer(
                 Message::Close(ack) => close = Some(ack),
             }
         }
-        batch.write(&store, &mut sampling, &closing, &options).await;
+        // More than a batch still queued: the writer is behind.
+        let behind = rx.len() >= options.batch;
+        sampling = lanes
+            .write(batch, sampling, behind, &closing, &options)
+            .await;
         if let Some(ack) = close {
             // Anything queued after the close request is written too before stopping.
             let mut rest = Batch::default();
@@ -631,6 +674,60 @@ async fn run_writer(
             let _ = ack.send(());
             return;
         }
+    }
+}
+
+/// How long batches stay on the writer's own runtime once it has fallen behind.
+const BEHIND_HOLD: Duration = Duration::from_secs(1);
+/// A batch on the idle lane taking longer than this was starved of CPU: the machine is busy.
+const STARVED: Duration = Duration::from_millis(50);
+
+/// Where the next batch is written: the idle lane while the writer keeps up, else the
+/// writer's own runtime (at normal priority).
+struct Lanes {
+    store: Store,
+    idle: Option<IdleLane>,
+    /// Batches stay on the writer's own runtime until then.
+    own_until: Instant,
+}
+
+impl Lanes {
+    async fn write(
+        &mut self,
+        batch: Batch,
+        mut sampling: TextSampling,
+        behind: bool,
+        closing: &watch::Receiver<bool>,
+        options: &Arc<WriterOptions>,
+    ) -> TextSampling {
+        let started = Instant::now();
+        if behind {
+            self.own_until = started + BEHIND_HOLD;
+        }
+        let lane = match &self.idle {
+            Some(lane) if started >= self.own_until => lane,
+            _ => {
+                batch
+                    .write(&self.store, &mut sampling, closing, options)
+                    .await;
+                return sampling;
+            }
+        };
+        let (store, closing, options) = (lane.store.clone(), closing.clone(), options.clone());
+        let job = lane.runtime.spawn(async move {
+            batch.write(&store, &mut sampling, &closing, &options).await;
+            sampling
+        });
+        let result = job.await;
+        if started.elapsed() > STARVED {
+            self.own_until = Instant::now() + BEHIND_HOLD;
+        }
+        result.unwrap_or_else(|error| {
+            // The lane's runtime is gone or the batch panicked: the writer goes on alone.
+            tracing::error!(%error, "the invocation log's idle lane failed; writing on the writer's runtime");
+            self.idle = None;
+            TextSampling::default()
+        })
     }
 }
 
@@ -883,6 +980,103 @@ mod tests {
             total += count;
         }
         assert_eq!(total, 5, "close writes the rest");
+    }
+
+    /// Reports the thread each batch was written on.
+    struct Threads(mpsc::UnboundedSender<Option<String>>);
+
+    impl WrittenRuns for Threads {
+        fn written(&self, _: &[RunRecord]) {
+            let _ = self
+                .0
+                .send(std::thread::current().name().map(str::to_owned));
+        }
+    }
+
+    /// A lane on a thread named `lane` (its own runtime) and a writer using it, on the test's
+    /// runtime; the receiver ends when the lane's thread has ended.
+    async fn writer_with_lane(
+        batch: usize,
+        max_delay: Duration,
+    ) -> (
+        RunWriter,
+        TenantId,
+        mpsc::UnboundedReceiver<Option<String>>,
+        oneshot::Receiver<()>,
+    ) {
+        let store = crate::test_db::memory_store().await;
+        let tenant = store.create_tenant("t").await.unwrap().id;
+        let (handle_tx, handle_rx) = oneshot::channel();
+        let (alive, dropped) = oneshot::channel::<()>();
+        let (ended_tx, ended) = oneshot::channel();
+        std::thread::Builder::new()
+            .name("lane".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                handle_tx.send(runtime.handle().clone()).unwrap();
+                runtime.block_on(async {
+                    let _ = dropped.await;
+                });
+                let _ = ended_tx.send(());
+            })
+            .unwrap();
+        let lane = IdleLane::new(handle_rx.await.unwrap(), store.clone(), alive);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let writer = RunWriter::spawn(
+            store,
+            WriterOptions {
+                batch,
+                max_delay,
+                observer: Some(Arc::new(Threads(tx))),
+                idle_lane: Some(lane),
+                ..WriterOptions::default()
+            },
+        );
+        (writer, tenant, rx, ended)
+    }
+
+    #[tokio::test]
+    async fn batches_go_to_the_idle_lane_while_the_writer_keeps_up() {
+        let (writer, tenant, mut threads, lane_ended) =
+            writer_with_lane(256, Duration::from_millis(10)).await;
+        let here = std::thread::current().name().map(str::to_owned);
+        for n in 0..3 {
+            writer.write(run_item_of(&tenant, n)).await.unwrap();
+            let thread = tokio::time::timeout(Duration::from_secs(30), threads.recv())
+                .await
+                .expect("the batch is written")
+                .unwrap();
+            assert_eq!(thread.as_deref(), Some("lane"), "batch {n}");
+        }
+        assert_ne!(here.as_deref(), Some("lane"));
+        writer.close().await;
+        drop(writer);
+        tokio::time::timeout(Duration::from_secs(30), lane_ended)
+            .await
+            .expect("the lane's thread ends once the writer has stopped")
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_writer_behind_writes_on_its_own_runtime() {
+        let (writer, tenant, mut threads, _lane_ended) = writer_with_lane(2, Duration::ZERO).await;
+        // The test's runtime has one thread: the writer cannot take anything until the test
+        // yields, so it finds more than a batch queued.
+        for n in 0..10 {
+            writer.write(run_item_of(&tenant, n)).await.unwrap();
+        }
+        writer.close().await;
+        let here = std::thread::current().name().map(str::to_owned);
+        let mut batches = 0;
+        while let Ok(thread) = threads.try_recv() {
+            // Once behind, the writer stays on its own runtime for a while (`BEHIND_HOLD`).
+            assert_eq!(thread, here, "batch {batches}");
+            batches += 1;
+        }
+        assert_eq!(batches, 5, "ten runs in batches of two");
     }
 
     #[tokio::test]
