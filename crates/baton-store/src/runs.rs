@@ -723,8 +723,9 @@ impl Lanes {
             self.own_until = Instant::now() + BEHIND_HOLD;
         }
         result.unwrap_or_else(|error| {
-            // The lane's runtime is gone or the batch panicked: the writer goes on alone.
-            tracing::error!(%error, "the invocation log's idle lane failed; writing on the writer's runtime");
+            // The batch panicked, or the lane's runtime is gone: that batch is lost, and the
+            // writer goes on alone.
+            tracing::error!(%error, "the invocation log's idle lane lost a batch; writing on the writer's runtime from now on");
             self.idle = None;
             TextSampling::default()
         })
