@@ -485,8 +485,8 @@ pub struct WriterOptions {
 /// server runs on a thread at idle scheduling priority, so a batch being written never keeps a
 /// request waiting for a CPU. Used while the writer keeps up; when it falls behind (a queue
 /// holding more than a batch, or a batch starved for CPU on a saturated machine) batches are
-/// written on the writer's own runtime for a while, so a busy machine cannot starve the log
-/// and stall requests on a full queue.
+/// written on the writer's own runtime for a while (`LanePolicy`), so a busy machine cannot
+/// starve the log and stall requests on a full queue.
 #[derive(Clone)]
 pub struct IdleLane {
     runtime: tokio::runtime::Handle,
@@ -614,7 +614,7 @@ async fn run_writer(
     let mut lanes = Lanes {
         store: store.clone(),
         idle: options.idle_lane.take(),
-        own_until: Instant::now(),
+        policy: LanePolicy::new(Instant::now()),
     };
     let options = Arc::new(options);
     let is_close = |m: &Message| matches!(m, Message::Close(_));
@@ -677,18 +677,78 @@ async fn run_writer(
     }
 }
 
-/// How long batches stay on the writer's own runtime once it has fallen behind.
-const BEHIND_HOLD: Duration = Duration::from_secs(1);
+/// How long batches first stay on the writer's own runtime once it has fallen behind.
+const MIN_HOLD: Duration = Duration::from_secs(1);
+/// The longest stay: each time the idle lane fails to keep up again, the stay doubles.
+const MAX_HOLD: Duration = Duration::from_secs(64);
+/// The idle lane used this long without falling behind: the next stay starts short again.
+const SETTLED: Duration = Duration::from_secs(10);
 /// A batch on the idle lane taking longer than this was starved of CPU: the machine is busy.
 const STARVED: Duration = Duration::from_millis(50);
+
+/// When batches go to the idle lane. The writer falls back to its own runtime when it falls
+/// behind, for a stay that doubles each time the lane fails again (a machine near saturation
+/// would otherwise starve the lane, and fill the queue, once per stay) and starts short again
+/// once the lane has kept up for a while.
+#[derive(Debug)]
+struct LanePolicy {
+    /// Batches stay on the writer's own runtime until then.
+    own_until: Instant,
+    hold: Duration,
+    /// Since when batches have gone to the idle lane without falling behind.
+    on_lane_since: Option<Instant>,
+}
+
+impl LanePolicy {
+    fn new(now: Instant) -> Self {
+        LanePolicy {
+            own_until: now,
+            hold: MIN_HOLD,
+            on_lane_since: None,
+        }
+    }
+
+    /// Whether the batch taken at `now` goes to the idle lane; `behind`: more than a batch was
+    /// still queued when it was taken.
+    fn use_lane(&mut self, behind: bool, now: Instant) -> bool {
+        if behind {
+            self.fell_behind(now);
+            return false;
+        }
+        if now < self.own_until {
+            return false;
+        }
+        let since = *self.on_lane_since.get_or_insert(now);
+        if now.duration_since(since) >= SETTLED {
+            self.hold = MIN_HOLD;
+        }
+        true
+    }
+
+    /// A batch on the idle lane, started at `started`, has been written at `now`.
+    fn lane_batch_written(&mut self, started: Instant, now: Instant) {
+        if now.duration_since(started) > STARVED {
+            self.fell_behind(now);
+        }
+    }
+
+    fn fell_behind(&mut self, now: Instant) {
+        let on_lane = self.on_lane_since.take().is_some() && now >= self.own_until;
+        self.own_until = now + self.hold;
+        // Failing on the lane doubles the next stay; falling behind again while off the lane
+        // only renews this one.
+        if on_lane {
+            self.hold = (self.hold * 2).min(MAX_HOLD);
+        }
+    }
+}
 
 /// Where the next batch is written: the idle lane while the writer keeps up, else the
 /// writer's own runtime (at normal priority).
 struct Lanes {
     store: Store,
     idle: Option<IdleLane>,
-    /// Batches stay on the writer's own runtime until then.
-    own_until: Instant,
+    policy: LanePolicy,
 }
 
 impl Lanes {
@@ -701,11 +761,8 @@ impl Lanes {
         options: &Arc<WriterOptions>,
     ) -> TextSampling {
         let started = Instant::now();
-        if behind {
-            self.own_until = started + BEHIND_HOLD;
-        }
         let lane = match &self.idle {
-            Some(lane) if started >= self.own_until => lane,
+            Some(lane) if self.policy.use_lane(behind, started) => lane,
             _ => {
                 batch
                     .write(&self.store, &mut sampling, closing, options)
@@ -719,9 +776,7 @@ impl Lanes {
             sampling
         });
         let result = job.await;
-        if started.elapsed() > STARVED {
-            self.own_until = Instant::now() + BEHIND_HOLD;
-        }
+        self.policy.lane_batch_written(started, Instant::now());
         result.unwrap_or_else(|error| {
             // The batch panicked, or the lane's runtime is gone: that batch is lost, and the
             // writer goes on alone.
@@ -1078,6 +1133,51 @@ mod tests {
             batches += 1;
         }
         assert_eq!(batches, 5, "ten runs in batches of two");
+    }
+
+    #[test]
+    fn the_stay_off_the_lane_doubles_while_the_lane_keeps_failing_and_resets_once_settled() {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        let mut policy = LanePolicy::new(start);
+        assert!(policy.use_lane(false, at(0)));
+        // Starved on the lane: off it for 1 s; the next stay will be 2 s.
+        policy.lane_batch_written(at(0), at(100));
+        assert!(!policy.use_lane(false, at(1_000)));
+        // Behind while off the lane: the stay is renewed (2 s), not doubled.
+        assert!(!policy.use_lane(true, at(1_050)));
+        assert!(!policy.use_lane(false, at(3_000)));
+        assert!(policy.use_lane(false, at(3_100)));
+        // Behind again on the lane: 2 s, and then 4 s.
+        assert!(!policy.use_lane(true, at(3_200)));
+        assert!(!policy.use_lane(false, at(5_100)));
+        assert!(policy.use_lane(false, at(5_300)));
+        policy.lane_batch_written(at(5_300), at(5_400));
+        assert!(!policy.use_lane(false, at(9_300)));
+        assert!(policy.use_lane(false, at(9_500)));
+        // Kept up for 10 s: the next stay is short again.
+        assert!(policy.use_lane(false, at(19_500)));
+        policy.lane_batch_written(at(19_500), at(19_510));
+        assert!(
+            policy.use_lane(false, at(19_520)),
+            "a fast batch changes nothing"
+        );
+        assert!(!policy.use_lane(true, at(19_600)));
+        assert!(!policy.use_lane(false, at(20_500)));
+        assert!(policy.use_lane(false, at(20_700)));
+    }
+
+    #[test]
+    fn the_stay_off_the_lane_is_bounded() {
+        let start = Instant::now();
+        let mut policy = LanePolicy::new(start);
+        let mut now = start;
+        for _ in 0..20 {
+            assert!(policy.use_lane(false, now));
+            assert!(!policy.use_lane(true, now));
+            now = policy.own_until;
+        }
+        assert_eq!(policy.hold, MAX_HOLD);
     }
 
     #[tokio::test]
