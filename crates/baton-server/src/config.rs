@@ -344,7 +344,7 @@ pub struct InvocationLogConfig {
     /// "Batch size and the concurrency-1 tail").
     pub batch_max_delay_ms: u64,
     /// `idle` (default): batches are written on a thread at idle scheduling priority while the
-    /// writer keeps up, so requests never wait for a CPU behind a commit; `normal`: on the
+    /// writer keeps up, so a commit does not keep a request waiting for a CPU; `normal`: on the
     /// writer's own runtime (docs/performance.md, "The log writer at idle priority").
     pub writer_priority: WriterPriority,
 }

@@ -90,11 +90,13 @@ impl Application {
             WriterOptions {
                 alerts: Some(alerts),
                 observer: Some(metrics.clone()),
-                idle_lane: log_writer::spawn_idle_lane(
-                    &store,
-                    config.invocation_log.writer_priority,
-                )
-                .await?,
+                // No thread or connection for a log that is not written.
+                idle_lane: if config.invocation_log.enabled {
+                    log_writer::spawn_idle_lane(&store, config.invocation_log.writer_priority)
+                        .await?
+                } else {
+                    None
+                },
                 ..config.invocation_log.writer_options()?
             },
         );
