@@ -155,4 +155,9 @@ async fn metrics_count_requests_errors_tokens_credits_and_attempts() {
         Some(1.0)
     );
     assert!(sample(&text, "baton_log_writer_queue_depth").is_some());
+    // The run above was written in a batch, on one lane or the other.
+    let batches = sample(&text, r#"baton_log_writer_batches_total{lane="idle"}"#).unwrap_or(0.0)
+        + sample(&text, r#"baton_log_writer_batches_total{lane="own"}"#).unwrap_or(0.0);
+    assert!(batches >= 1.0, "{text}");
+    assert!(sample(&text, "baton_log_writer_starved_batches_total").is_some());
 }

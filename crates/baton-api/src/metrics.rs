@@ -1,12 +1,12 @@
 //! `/metrics` in the Prometheus text format: HTTP requests and their latency by route, errors by
 //! code, and what the invocation log records (runs, tokens, credits, provider attempts,
-//! fallbacks), plus the log writer's queue depth. Request metrics are taken in a middleware;
+//! fallbacks), plus the log writer's queue depth and its batches by lane. Request metrics are taken in a middleware;
 //! run metrics are counted by the log writer after each batch, off the request path.
 
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use axum::extract::{MatchedPath, Request, State};
@@ -98,6 +98,12 @@ struct ErrorLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneLabels {
+    /// `idle` (the writer's idle-priority lane) or `own` (the writer's runtime).
+    lane: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RunLabels {
     kind: &'static str,
     status: &'static str,
@@ -146,6 +152,8 @@ pub struct Metrics {
     attempts: Family<AttemptLabels, Counter>,
     fallbacks: Family<ModelLabels, Counter>,
     queue_depth: Gauge,
+    lane_batches: Family<LaneLabels, Counter>,
+    starved_batches: Counter,
     writer: std::sync::OnceLock<RunWriter>,
     queue_delay: Gauge<f64, AtomicU64>,
     shedding: Gauge,
@@ -224,6 +232,18 @@ impl Metrics {
             "Invocation log items waiting to be written",
             queue_depth.clone(),
         );
+        let lane_batches = Family::<LaneLabels, Counter>::default();
+        registry.register(
+            "log_writer_batches",
+            "Invocation log batches written, by lane: idle (at idle priority, while the writer keeps up) or own (the writer's runtime)",
+            lane_batches.clone(),
+        );
+        let starved_batches = Counter::default();
+        registry.register(
+            "log_writer_starved_batches",
+            "Idle-lane batches that waited over 50 ms for CPU (the next ones go to the writer's runtime for a while)",
+            starved_batches.clone(),
+        );
         let queue_delay = Gauge::<f64, AtomicU64>::default();
         registry.register(
             "queue_delay_seconds",
@@ -249,6 +269,8 @@ impl Metrics {
             attempts,
             fallbacks,
             queue_depth,
+            lane_batches,
+            starved_batches,
             writer: std::sync::OnceLock::new(),
             queue_delay,
             shedding,
@@ -275,6 +297,18 @@ impl Metrics {
         if let Some(writer) = self.writer.get() {
             self.queue_depth
                 .set(i64::try_from(writer.queue_depth()).unwrap_or(i64::MAX));
+            // The writer counts; the counters follow it (`fetch_max`: concurrent renders
+            // never count twice).
+            let counts = writer.lane_counts();
+            for (lane, batches) in [("idle", counts.idle_batches), ("own", counts.own_batches)] {
+                self.lane_batches
+                    .get_or_create(&LaneLabels { lane })
+                    .inner()
+                    .fetch_max(batches, Ordering::Relaxed);
+            }
+            self.starved_batches
+                .inner()
+                .fetch_max(counts.starved_batches, Ordering::Relaxed);
         }
         let mut out = String::with_capacity(16 * 1024);
         if let Err(error) =

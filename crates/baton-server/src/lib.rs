@@ -5,6 +5,7 @@ pub mod admin;
 pub mod config;
 pub mod error;
 mod log_writer;
+mod runtime_thread;
 mod serving;
 pub mod telemetry;
 

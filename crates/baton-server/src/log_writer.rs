@@ -19,6 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::ServerError;
 use crate::config::WriterPriority;
+use crate::runtime_thread;
 
 /// Starts the idle lane's thread (none for [`WriterPriority::Normal`]). The thread ends when the
 /// writer drops the lane.
@@ -29,37 +30,26 @@ pub(crate) async fn spawn_idle_lane(
     if priority == WriterPriority::Normal {
         return Ok(None);
     }
-    let (started, started_rx) = oneshot::channel();
+    let (started, started_rx) = oneshot::channel::<Result<IdleLane, ServerError>>();
     let (alive, ended) = oneshot::channel::<()>();
     let store = store.clone();
-    std::thread::Builder::new()
-        .name("baton-log-idle".into())
-        .spawn(move || {
-            lower_to_idle();
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(runtime) => runtime,
+    runtime_thread::spawn(
+        "baton-log-idle".into(),
+        lower_to_idle,
+        started,
+        |handle, started| async move {
+            match store.own_connection().await {
+                Ok(own) => {
+                    let _ = started.send(Ok(IdleLane::new(handle, own, alive)));
+                    // Until the lane is dropped (its `alive` sender with it).
+                    let _ = ended.await;
+                }
                 Err(err) => {
-                    let _ = started.send(Err(ServerError::Io(err)));
-                    return;
+                    let _ = started.send(Err(err.into()));
                 }
-            };
-            let handle = runtime.handle().clone();
-            runtime.block_on(async move {
-                match store.own_connection().await {
-                    Ok(own) => {
-                        let _ = started.send(Ok(IdleLane::new(handle, own, alive)));
-                        // Until the lane is dropped (its `alive` sender with it).
-                        let _ = ended.await;
-                    }
-                    Err(err) => {
-                        let _ = started.send(Err(err.into()));
-                    }
-                }
-            });
-        })?;
+            }
+        },
+    )?;
     let lane = started_rx
         .await
         .map_err(|_| ServerError::Other("the log writer's idle thread ended at start".into()))??;

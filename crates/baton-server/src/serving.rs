@@ -20,6 +20,8 @@ use baton_api::AppState;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 
+use crate::runtime_thread;
+
 /// Connections a listener queues before accepting (the kernel caps it at `somaxconn`).
 const BACKLOG: i32 = 4096;
 
@@ -81,9 +83,13 @@ pub(crate) async fn spawn(
         };
         let (ready, ready_rx) = oneshot::channel();
         let (drained, drained_rx) = oneshot::channel();
-        let handle = std::thread::Builder::new()
-            .name(format!("baton-serve-{index}"))
-            .spawn(move || thread.serve(listener, ready, drained))?;
+        let slot = thread.slot;
+        let handle = runtime_thread::spawn(
+            format!("baton-serve-{index}"),
+            move || baton_providers::http::use_client_slot(slot),
+            ready,
+            move |_, ready| thread.serve(listener, ready, drained),
+        )?;
         started.push(ready_rx);
         threads.drained.push(drained_rx);
         threads.handles.push(handle);
@@ -105,45 +111,32 @@ struct Thread {
 }
 
 impl Thread {
-    fn serve(
+    async fn serve(
         self,
         listener: std::net::TcpListener,
         ready: oneshot::Sender<io::Result<()>>,
         drained: oneshot::Sender<io::Result<()>>,
     ) {
-        baton_providers::http::use_client_slot(self.slot);
-        let runtime = match tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-        {
-            Ok(runtime) => runtime,
+        let listener = match TcpListener::from_std(listener) {
+            Ok(listener) => listener,
             Err(err) => {
                 let _ = ready.send(Err(err));
                 return;
             }
         };
-        runtime.block_on(async move {
-            let listener = match TcpListener::from_std(listener) {
-                Ok(listener) => listener,
-                Err(err) => {
-                    let _ = ready.send(Err(err));
-                    return;
-                }
-            };
-            self.state.start_runtime_tasks();
-            let _ = ready.send(Ok(()));
-            let mut stopping = self.stop.clone();
-            let result = baton_api::serve(listener, self.router, async move {
-                // A dropped sender (the application went away without stopping) stops too.
-                let _ = stopping.wait_for(|stop| *stop).await;
-            })
-            .await;
-            let _ = drained.send(result);
-            // Connections this runtime opened (a database pool's among them) stay usable until
-            // the application has written its last log rows and closed the database.
-            let mut stop = self.stop;
-            while stop.changed().await.is_ok() {}
-        });
+        self.state.start_runtime_tasks();
+        let _ = ready.send(Ok(()));
+        let mut stopping = self.stop.clone();
+        let result = baton_api::serve(listener, self.router, async move {
+            // A dropped sender (the application went away without stopping) stops too.
+            let _ = stopping.wait_for(|stop| *stop).await;
+        })
+        .await;
+        let _ = drained.send(result);
+        // Connections this runtime opened (a database pool's among them) stay usable until
+        // the application has written its last log rows and closed the database.
+        let mut stop = self.stop;
+        while stop.changed().await.is_ok() {}
     }
 }
 

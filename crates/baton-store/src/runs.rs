@@ -413,6 +413,7 @@ pub struct RunWriter {
     /// Wakes the writer early from its wait for a batch to fill: the batch is full, or a close
     /// is queued.
     batch_ready: Arc<BatchReady>,
+    lane_counters: Arc<LaneCounters>,
 }
 
 /// How the writer, waiting for its batch to fill, is woken when the queue holds the rest.
@@ -542,11 +543,13 @@ impl RunWriter {
         let (tx, rx) = mpsc::channel(options.capacity.max(1));
         let (closing, closing_rx) = watch::channel(false);
         let batch_ready = Arc::new(BatchReady::default());
+        let lane_counters = Arc::new(LaneCounters::default());
         tokio::spawn(run_writer(
             store,
             rx,
             closing_rx,
             batch_ready.clone(),
+            lane_counters.clone(),
             options.clone(),
         ));
         RunWriter {
@@ -555,6 +558,17 @@ impl RunWriter {
             closing: Arc::new(closing),
             waiters: Arc::default(),
             batch_ready,
+            lane_counters,
+        }
+    }
+
+    /// Batches written so far on each lane, and how many idle-lane batches were starved.
+    pub fn lane_counts(&self) -> LaneCounts {
+        let counters = &self.lane_counters;
+        LaneCounts {
+            idle_batches: counters.idle.load(Ordering::Relaxed),
+            own_batches: counters.own.load(Ordering::Relaxed),
+            starved_batches: counters.starved.load(Ordering::Relaxed),
         }
     }
 
@@ -607,14 +621,16 @@ async fn run_writer(
     mut rx: mpsc::Receiver<Message>,
     closing: watch::Receiver<bool>,
     batch_ready: Arc<BatchReady>,
+    counters: Arc<LaneCounters>,
     mut options: WriterOptions,
 ) {
     let mut buffer: Vec<Message> = Vec::with_capacity(options.batch);
     let mut sampling = TextSampling::default();
     let mut lanes = Lanes {
-        store: store.clone(),
+        store,
         idle: options.idle_lane.take(),
         policy: LanePolicy::new(Instant::now()),
+        counters,
     };
     let options = Arc::new(options);
     let is_close = |m: &Message| matches!(m, Message::Close(_));
@@ -670,7 +686,8 @@ async fn run_writer(
                     }
                 }
             }
-            rest.write(&store, &mut sampling, &closing, &options).await;
+            // On the writer's own runtime: the close must not wait for idle CPU.
+            lanes.write_own(rest, sampling, &closing, &options).await;
             let _ = ack.send(());
             return;
         }
@@ -725,11 +742,14 @@ impl LanePolicy {
         true
     }
 
-    /// A batch on the idle lane, started at `started`, has been written at `now`.
-    fn lane_batch_written(&mut self, started: Instant, now: Instant) {
-        if now.duration_since(started) > STARVED {
+    /// A batch on the idle lane, started at `started`, has been written at `now`; whether it
+    /// was starved of CPU.
+    fn lane_batch_written(&mut self, started: Instant, now: Instant) -> bool {
+        let starved = now.duration_since(started) > STARVED;
+        if starved {
             self.fell_behind(now);
         }
+        starved
     }
 
     fn fell_behind(&mut self, now: Instant) {
@@ -749,6 +769,27 @@ struct Lanes {
     store: Store,
     idle: Option<IdleLane>,
     policy: LanePolicy,
+    counters: Arc<LaneCounters>,
+}
+
+/// Shared between the writer's task, which counts, and [`RunWriter::lane_counts`].
+#[derive(Debug, Default)]
+struct LaneCounters {
+    idle: AtomicU64,
+    own: AtomicU64,
+    starved: AtomicU64,
+}
+
+/// What the writer's lanes have done since it started (for metrics: a machine that keeps
+/// starving the idle lane shows as `starved_batches` and batches moving to `own_batches`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LaneCounts {
+    /// Batches sent to the idle lane (counted as they are taken, before they are written).
+    pub idle_batches: u64,
+    /// Batches written on the writer's own runtime (no lane, or the writer fell behind).
+    pub own_batches: u64,
+    /// Idle-lane batches that took longer than `STARVED` (50 ms): the machine was busy.
+    pub starved_batches: u64,
 }
 
 impl Lanes {
@@ -760,23 +801,26 @@ impl Lanes {
         closing: &watch::Receiver<bool>,
         options: &Arc<WriterOptions>,
     ) -> TextSampling {
+        if batch.is_empty() {
+            // Only a close was taken: nothing to write, nothing to count.
+            return sampling;
+        }
         let started = Instant::now();
         let lane = match &self.idle {
             Some(lane) if self.policy.use_lane(behind, started) => lane,
-            _ => {
-                batch
-                    .write(&self.store, &mut sampling, closing, options)
-                    .await;
-                return sampling;
-            }
+            _ => return self.write_own(batch, sampling, closing, options).await,
         };
+        // Counted when taken, so a reader who has seen the batch's runs sees it counted.
+        self.counters.idle.fetch_add(1, Ordering::Relaxed);
         let (store, closing, options) = (lane.store.clone(), closing.clone(), options.clone());
         let job = lane.runtime.spawn(async move {
             batch.write(&store, &mut sampling, &closing, &options).await;
             sampling
         });
         let result = job.await;
-        self.policy.lane_batch_written(started, Instant::now());
+        if self.policy.lane_batch_written(started, Instant::now()) {
+            self.counters.starved.fetch_add(1, Ordering::Relaxed);
+        }
         result.unwrap_or_else(|error| {
             // The batch panicked, or the lane's runtime is gone: that batch is lost, and the
             // writer goes on alone.
@@ -784,6 +828,24 @@ impl Lanes {
             self.idle = None;
             TextSampling::default()
         })
+    }
+
+    /// Writes `batch` on the writer's own runtime.
+    async fn write_own(
+        &mut self,
+        batch: Batch,
+        mut sampling: TextSampling,
+        closing: &watch::Receiver<bool>,
+        options: &Arc<WriterOptions>,
+    ) -> TextSampling {
+        if batch.is_empty() {
+            return sampling;
+        }
+        self.counters.own.fetch_add(1, Ordering::Relaxed);
+        batch
+            .write(&self.store, &mut sampling, closing, options)
+            .await;
+        sampling
     }
 }
 
@@ -796,6 +858,10 @@ struct Batch {
 }
 
 impl Batch {
+    fn is_empty(&self) -> bool {
+        self.records.is_empty() && self.events.is_empty() && self.lines.is_empty()
+    }
+
     fn add(&mut self, item: LogItem) {
         match item {
             LogItem::Run(record) => self.records.push(*record),
@@ -999,19 +1065,23 @@ mod tests {
         batch: usize,
         max_delay: Duration,
     ) -> (RunWriter, TenantId, mpsc::UnboundedReceiver<usize>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (writer, tenant) = writer_with(|_| WriterOptions {
+            batch,
+            max_delay,
+            observer: Some(Arc::new(Batches(tx))),
+            ..WriterOptions::default()
+        })
+        .await;
+        (writer, tenant, rx)
+    }
+
+    /// A writer on a fresh in-memory store with one tenant, given options built for that store.
+    async fn writer_with(options: impl FnOnce(&Store) -> WriterOptions) -> (RunWriter, TenantId) {
         let store = crate::test_db::memory_store().await;
         let tenant = store.create_tenant("t").await.unwrap().id;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let writer = RunWriter::spawn(
-            store,
-            WriterOptions {
-                batch,
-                max_delay,
-                observer: Some(Arc::new(Batches(tx))),
-                ..WriterOptions::default()
-            },
-        );
-        (writer, tenant, rx)
+        let options = options(&store);
+        (RunWriter::spawn(store, options), tenant)
     }
 
     #[tokio::test]
@@ -1051,17 +1121,19 @@ mod tests {
 
     /// A lane on a thread named `lane` (its own runtime) and a writer using it, on the test's
     /// runtime; the receiver ends when the lane's thread has ended.
-    async fn writer_with_lane(
-        batch: usize,
-        max_delay: Duration,
-    ) -> (
-        RunWriter,
-        TenantId,
-        mpsc::UnboundedReceiver<Option<String>>,
-        oneshot::Receiver<()>,
-    ) {
-        let store = crate::test_db::memory_store().await;
-        let tenant = store.create_tenant("t").await.unwrap().id;
+    /// A writer with an idle lane on a thread named `lane` (at normal priority).
+    struct LaneWriter {
+        writer: RunWriter,
+        tenant: TenantId,
+        /// The thread each batch was written on.
+        threads: mpsc::UnboundedReceiver<Option<String>>,
+        /// The lane's runtime.
+        lane: tokio::runtime::Handle,
+        /// Resolves once the lane's thread has ended.
+        lane_ended: oneshot::Receiver<()>,
+    }
+
+    async fn writer_with_lane(batch: usize, max_delay: Duration) -> LaneWriter {
         let (handle_tx, handle_rx) = oneshot::channel();
         let (alive, dropped) = oneshot::channel::<()>();
         let (ended_tx, ended) = oneshot::channel();
@@ -1079,25 +1151,34 @@ mod tests {
                 let _ = ended_tx.send(());
             })
             .unwrap();
-        let lane = IdleLane::new(handle_rx.await.unwrap(), store.clone(), alive);
+        let handle = handle_rx.await.unwrap();
         let (tx, rx) = mpsc::unbounded_channel();
-        let writer = RunWriter::spawn(
-            store,
-            WriterOptions {
-                batch,
-                max_delay,
-                observer: Some(Arc::new(Threads(tx))),
-                idle_lane: Some(lane),
-                ..WriterOptions::default()
-            },
-        );
-        (writer, tenant, rx, ended)
+        let (writer, tenant) = writer_with(|store| WriterOptions {
+            batch,
+            max_delay,
+            observer: Some(Arc::new(Threads(tx))),
+            idle_lane: Some(IdleLane::new(handle.clone(), store.clone(), alive)),
+            ..WriterOptions::default()
+        })
+        .await;
+        LaneWriter {
+            writer,
+            tenant,
+            threads: rx,
+            lane: handle,
+            lane_ended: ended,
+        }
     }
 
     #[tokio::test]
     async fn batches_go_to_the_idle_lane_while_the_writer_keeps_up() {
-        let (writer, tenant, mut threads, lane_ended) =
-            writer_with_lane(256, Duration::from_millis(10)).await;
+        let LaneWriter {
+            writer,
+            tenant,
+            mut threads,
+            lane_ended,
+            ..
+        } = writer_with_lane(256, Duration::from_millis(10)).await;
         let here = std::thread::current().name().map(str::to_owned);
         for n in 0..3 {
             writer.write(run_item_of(&tenant, n)).await.unwrap();
@@ -1109,6 +1190,8 @@ mod tests {
         }
         assert_ne!(here.as_deref(), Some("lane"));
         writer.close().await;
+        let counts = writer.lane_counts();
+        assert_eq!((counts.idle_batches, counts.own_batches), (3, 0));
         drop(writer);
         tokio::time::timeout(Duration::from_secs(30), lane_ended)
             .await
@@ -1118,7 +1201,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_writer_behind_writes_on_its_own_runtime() {
-        let (writer, tenant, mut threads, _lane_ended) = writer_with_lane(2, Duration::ZERO).await;
+        let LaneWriter {
+            writer,
+            tenant,
+            mut threads,
+            ..
+        } = writer_with_lane(2, Duration::ZERO).await;
         // The test's runtime has one thread: the writer cannot take anything until the test
         // yields, so it finds more than a batch queued.
         for n in 0..10 {
@@ -1133,6 +1221,43 @@ mod tests {
             batches += 1;
         }
         assert_eq!(batches, 5, "ten runs in batches of two");
+        let counts = writer.lane_counts();
+        assert_eq!((counts.idle_batches, counts.own_batches), (0, 5));
+    }
+
+    #[tokio::test]
+    async fn a_starved_lane_batch_is_counted_and_the_next_batch_written_on_the_writers_runtime() {
+        let LaneWriter {
+            writer,
+            tenant,
+            mut threads,
+            lane,
+            ..
+        } = writer_with_lane(1, Duration::ZERO).await;
+        // The lane's thread is busy for longer than `STARVED`: the batch waits for it.
+        lane.spawn(async { std::thread::sleep(STARVED * 2) });
+        let here = std::thread::current().name().map(str::to_owned);
+        let mut written_on = Vec::new();
+        for n in 0..2 {
+            writer.write(run_item_of(&tenant, n)).await.unwrap();
+            let thread = tokio::time::timeout(Duration::from_secs(30), threads.recv())
+                .await
+                .expect("the batch is written")
+                .unwrap();
+            written_on.push(thread);
+        }
+        writer.close().await;
+        let lane_thread = Some("lane".to_owned());
+        // The next is written off the lane: a stay (1 s) follows the starved batch.
+        assert_eq!(written_on, [lane_thread, here]);
+        assert_eq!(
+            writer.lane_counts(),
+            LaneCounts {
+                idle_batches: 1,
+                own_batches: 1,
+                starved_batches: 1
+            }
+        );
     }
 
     #[test]
