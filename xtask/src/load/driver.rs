@@ -507,6 +507,36 @@ async fn count_log_rows(
     Ok(log_rows(client, baton_addr, key).await?.len() as u64)
 }
 
+/// The log writer's batches so far, from Baton's `/metrics`: `[idle lane, own runtime,
+/// starved on the idle lane]`.
+pub async fn writer_batches(
+    client: &reqwest::Client,
+    baton_addr: &str,
+) -> anyhow::Result<[u64; 3]> {
+    let text = client
+        .get(format!("http://{baton_addr}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?;
+    Ok(parse_writer_batches(&text))
+}
+
+fn parse_writer_batches(metrics: &str) -> [u64; 3] {
+    let names = [
+        r#"baton_log_writer_batches_total{lane="idle"}"#,
+        r#"baton_log_writer_batches_total{lane="own"}"#,
+        "baton_log_writer_starved_batches_total",
+    ];
+    names.map(|name| {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .map_or(0, |value| value as u64)
+    })
+}
+
 /// One JSON call to Baton's API with `key`: the answer's body, or an error naming `what` was
 /// being done, the path, the status and the body.
 pub async fn api_call(
@@ -565,6 +595,20 @@ pub async fn log_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn writer_batches_are_read_from_the_metrics_text() {
+        let text = "# TYPE baton_log_writer_batches counter\n\
+            baton_log_writer_batches_total{lane=\"idle\"} 12\n\
+            baton_log_writer_batches_total{lane=\"own\"} 3\n\
+            baton_log_writer_starved_batches_total 1\n";
+        assert_eq!(parse_writer_batches(text), [12, 3, 1]);
+        // A lane never used has no line yet.
+        assert_eq!(
+            parse_writer_batches("baton_log_writer_starved_batches_total 0\n"),
+            [0, 0, 0]
+        );
+    }
 
     #[test]
     fn only_chunks_with_content_count() {

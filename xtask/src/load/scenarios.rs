@@ -179,6 +179,54 @@ impl CpuMeter {
     }
 }
 
+/// The log writer's batches by lane over one phase (Baton only: read from `/metrics`), to see
+/// whether the idle lane kept up or was starved.
+struct LaneMeter<'a> {
+    client: &'a reqwest::Client,
+    baton_addr: Option<&'a str>,
+    before: [u64; 3],
+}
+
+impl<'a> LaneMeter<'a> {
+    async fn start(client: &'a reqwest::Client, baton_addr: Option<&'a str>) -> LaneMeter<'a> {
+        let before = match baton_addr {
+            Some(addr) => driver::writer_batches(client, addr)
+                .await
+                .unwrap_or_default(),
+            None => [0; 3],
+        };
+        LaneMeter {
+            client,
+            baton_addr,
+            before,
+        }
+    }
+
+    /// `{"idle", "own", "starved"}` batches since the start (`null` for a peer or when
+    /// `/metrics` could not be read).
+    async fn finish(self) -> Value {
+        let Some(addr) = self.baton_addr else {
+            return Value::Null;
+        };
+        let Ok(after) = driver::writer_batches(self.client, addr).await else {
+            return Value::Null;
+        };
+        let [idle, own, starved] = [0, 1, 2].map(|i| after[i].saturating_sub(self.before[i]));
+        json!({"idle": idle, "own": own, "starved": starved})
+    }
+}
+
+/// `; log batches idle N / own N (N starved)` for a progress line, when there were batches.
+fn lanes_note(batches: &Value) -> String {
+    match (batches["idle"].as_u64(), batches["own"].as_u64()) {
+        (Some(idle), Some(own)) if idle + own > 0 => format!(
+            "; log batches idle {idle} / own {own} ({} starved)",
+            batches["starved"].as_u64().unwrap_or(0)
+        ),
+        _ => String::new(),
+    }
+}
+
 /// Counts what a gateway was sent, for the log-row check.
 #[derive(Default)]
 struct Sent {
@@ -221,22 +269,30 @@ pub async fn run_gateway(
     let warm_streams = driver::streams(&client, target, 3).await?;
     sent.add(&warm_streams.ttft);
 
+    let lanes = LaneMeter::start(&client, baton_addr).await;
     let meter = CpuMeter::start(pid, ticks);
     let c1 = driver::sequential(&client, target, Some(options.duration), None).await?;
     let c1_cpu = meter.per_request(c1.sent);
+    let c1_batches = lanes.finish().await;
     sent.add(&c1);
     cpu.insert("concurrency_1".into(), c1_cpu.into());
-    progress(name, &format!("concurrency 1: {}", summary(&c1)));
+    progress(
+        name,
+        &format!("concurrency 1: {}{}", summary(&c1), lanes_note(&c1_batches)),
+    );
     let c1_json = json!({
         "gateway": c1.json(),
         "added_p50_us": added(&c1, &ctx.baseline.c1, 0.50),
         "added_p99_us": added(&c1, &ctx.baseline.c1, 0.99),
         "cpu_us_per_request": c1_cpu,
+        "log_batches": c1_batches,
     });
 
+    let lanes = LaneMeter::start(&client, baton_addr).await;
     let meter = CpuMeter::start(pid, ticks);
     let conc = driver::concurrent(&client, target, options.concurrency, options.duration).await?;
     let conc_cpu = meter.per_request(conc.sent);
+    let conc_batches = lanes.finish().await;
     sent.add(&conc);
     cpu.insert(
         format!("concurrency_{}", options.concurrency),
@@ -244,7 +300,12 @@ pub async fn run_gateway(
     );
     progress(
         name,
-        &format!("concurrency {}: {}", options.concurrency, summary(&conc)),
+        &format!(
+            "concurrency {}: {}{}",
+            options.concurrency,
+            summary(&conc),
+            lanes_note(&conc_batches)
+        ),
     );
     let headroom = ctx.baseline.conc.rps() / conc.rps().max(f64::MIN_POSITIVE);
     let conc_json = json!({
@@ -254,6 +315,7 @@ pub async fn run_gateway(
         "mock_headroom": (headroom * 10.0).round() / 10.0,
         "mock_headroom_ok": headroom >= 5.0,
         "cpu_us_per_request": conc_cpu,
+        "log_batches": conc_batches,
     });
     if headroom < 5.0 {
         progress(
@@ -277,18 +339,24 @@ pub async fn run_gateway(
             .baseline
             .at_rate(&client, &ctx.direct, rate, options.duration)
             .await?;
+        let lanes = LaneMeter::start(&client, baton_addr).await;
         let meter = CpuMeter::start(pid, ticks);
         let outcome = driver::fixed_rate(&client, target, rate as f64, options.duration).await?;
         let phase_cpu = meter.per_request(outcome.sent);
+        let batches = lanes.finish().await;
         sent.add(&outcome);
         cpu.insert(format!("fixed_{rate}"), phase_cpu.into());
-        progress(name, &format!("{rate} RPS: {}", summary(&outcome)));
+        progress(
+            name,
+            &format!("{rate} RPS: {}{}", summary(&outcome), lanes_note(&batches)),
+        );
         fixed.push(json!({
             "rate": rate,
             "gateway": outcome.json(),
             "added_p50_us": added(&outcome, direct, 0.50),
             "added_p99_us": added(&outcome, direct, 0.99),
             "cpu_us_per_request": phase_cpu,
+            "log_batches": batches,
         }));
     }
 
@@ -299,10 +367,12 @@ pub async fn run_gateway(
             .baseline
             .at_rate(&client, &ctx.direct, rate, options.sweep_duration)
             .await?;
+        let lanes = LaneMeter::start(&client, baton_addr).await;
         let meter = CpuMeter::start(pid, ticks);
         let outcome =
             driver::fixed_rate(&client, target, rate as f64, options.sweep_duration).await?;
         let phase_cpu = meter.per_request(outcome.sent);
+        let batches = lanes.finish().await;
         sent.add(&outcome);
         let added_p99 = added(&outcome, direct, 0.99);
         let achieved = outcome.rps() >= 0.95 * rate as f64;
@@ -312,9 +382,10 @@ pub async fn run_gateway(
         progress(
             name,
             &format!(
-                "sweep {rate} RPS: added p99 {added_p99} us, {:.2}% errors: {}",
+                "sweep {rate} RPS: added p99 {added_p99} us, {:.2}% errors: {}{}",
                 outcome.error_rate() * 100.0,
-                if passed { "pass" } else { "fail (sweep ends)" }
+                if passed { "pass" } else { "fail (sweep ends)" },
+                lanes_note(&batches)
             ),
         );
         steps.push(json!({
@@ -325,6 +396,7 @@ pub async fn run_gateway(
             "added_p99_us": added_p99,
             "error_rate": outcome.error_rate(),
             "cpu_us_per_request": phase_cpu,
+            "log_batches": batches,
             "passed": passed,
         }));
         if !passed {
