@@ -1,7 +1,8 @@
 //! `/metrics` in the Prometheus text format: HTTP requests and their latency by route, errors by
 //! code, and what the invocation log records (runs, tokens, credits, provider attempts,
-//! fallbacks), plus the log writer's queue depth and its batches by lane. Request metrics are taken in a middleware;
-//! run metrics are counted by the log writer after each batch, off the request path.
+//! fallbacks), plus the log writer's queue depth and its batches by lane. Request metrics are
+//! taken in a middleware; run metrics are counted by the log writer after each batch, off the
+//! request path.
 
 use std::borrow::Cow;
 use std::hash::{Hash, Hasher};

@@ -1119,9 +1119,8 @@ mod tests {
         }
     }
 
-    /// A lane on a thread named `lane` (its own runtime) and a writer using it, on the test's
-    /// runtime; the receiver ends when the lane's thread has ended.
-    /// A writer with an idle lane on a thread named `lane` (at normal priority).
+    /// A writer on the test's runtime with an idle lane on a thread named `lane` (its own
+    /// runtime, at normal priority).
     struct LaneWriter {
         writer: RunWriter,
         tenant: TenantId,
