@@ -1,8 +1,8 @@
 //! `cargo xtask bench load`: what Baton adds to every request, measured end to end on loopback
 //! (`docs/benchmarks.md`).
 //!
-//! The debug xtask builds `baton`, the fast mock (`baton-mock`) and this xtask in release, then
-//! hands over to the release xtask: an unoptimised client would spend more per request than the
+//! The debug xtask builds `baton`, the fast mock (`baton-mock`) and this xtask in release (or
+//! the `--profile` given), then hands over to that optimised xtask: an unoptimised client would spend more per request than the
 //! gateway it measures. (`--smoke`, for CI, uses dev builds and stays in the debug xtask.) The
 //! driver starts the mock, measures every scenario directly against it, then starts each gateway
 //! in turn (Baton on SQLite, on PostgreSQL, with the invocation log off; LiteLLM with
@@ -52,8 +52,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         cargo(&["test", "--workspace", "--no-run"])?;
         target_dir().join("debug")
     } else if cfg!(debug_assertions) {
-        build(&["--release"])?;
-        let status = Command::new(target_dir().join("release").join("xtask"))
+        build(&["--profile", &options.profile])?;
+        let status = Command::new(target_dir().join(&options.profile).join("xtask"))
             .current_dir(workspace_root())
             .args(["bench", "load"])
             .args(args)
@@ -61,7 +61,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         ensure!(status.success(), "bench load failed");
         return Ok(());
     } else {
-        target_dir().join("release")
+        // This is the optimised xtask the debug one started, from the same `--profile`.
+        target_dir().join(&options.profile)
     };
     let pinning = Pinning::plan(&procs::allowed_cpus());
     // Before the runtime starts, so every thread of the driver inherits the CPU set.

@@ -512,7 +512,7 @@ async fn count_log_rows(
 pub async fn writer_batches(
     client: &reqwest::Client,
     baton_addr: &str,
-) -> anyhow::Result<[u64; 3]> {
+) -> anyhow::Result<LaneBatches> {
     let text = client
         .get(format!("http://{baton_addr}/metrics"))
         .send()
@@ -520,21 +520,41 @@ pub async fn writer_batches(
         .error_for_status()?
         .text()
         .await?;
-    Ok(parse_writer_batches(&text))
+    Ok(LaneBatches::parse(&text))
 }
 
-fn parse_writer_batches(metrics: &str) -> [u64; 3] {
-    let names = [
-        r#"baton_log_writer_batches_total{lane="idle"}"#,
-        r#"baton_log_writer_batches_total{lane="own"}"#,
-        "baton_log_writer_starved_batches_total",
-    ];
-    names.map(|name| {
-        metrics
-            .lines()
-            .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
-            .map_or(0, |value| value as u64)
-    })
+/// The log writer's batch counters from Baton's `/metrics`: batches written on the idle lane,
+/// on the writer's own runtime, and idle-lane batches starved of CPU.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LaneBatches {
+    pub idle: u64,
+    pub own: u64,
+    pub starved: u64,
+}
+
+impl LaneBatches {
+    fn parse(metrics: &str) -> LaneBatches {
+        let counter = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|line| line.strip_prefix(name)?.trim().parse::<f64>().ok())
+                .map_or(0, |value| value as u64)
+        };
+        LaneBatches {
+            idle: counter(r#"baton_log_writer_batches_total{lane="idle"}"#),
+            own: counter(r#"baton_log_writer_batches_total{lane="own"}"#),
+            starved: counter("baton_log_writer_starved_batches_total"),
+        }
+    }
+
+    /// The batches counted since `before`.
+    pub fn since(self, before: LaneBatches) -> LaneBatches {
+        LaneBatches {
+            idle: self.idle.saturating_sub(before.idle),
+            own: self.own.saturating_sub(before.own),
+            starved: self.starved.saturating_sub(before.starved),
+        }
+    }
 }
 
 /// One JSON call to Baton's API with `key`: the answer's body, or an error naming `what` was
@@ -602,11 +622,32 @@ mod tests {
             baton_log_writer_batches_total{lane=\"idle\"} 12\n\
             baton_log_writer_batches_total{lane=\"own\"} 3\n\
             baton_log_writer_starved_batches_total 1\n";
-        assert_eq!(parse_writer_batches(text), [12, 3, 1]);
+        let counted = LaneBatches::parse(text);
+        assert_eq!(
+            counted,
+            LaneBatches {
+                idle: 12,
+                own: 3,
+                starved: 1
+            }
+        );
         // A lane never used has no line yet.
         assert_eq!(
-            parse_writer_batches("baton_log_writer_starved_batches_total 0\n"),
-            [0, 0, 0]
+            LaneBatches::parse("baton_log_writer_starved_batches_total 0\n"),
+            LaneBatches::default()
+        );
+        let before = LaneBatches {
+            idle: 10,
+            own: 3,
+            starved: 0,
+        };
+        assert_eq!(
+            counted.since(before),
+            LaneBatches {
+                idle: 2,
+                own: 0,
+                starved: 1
+            }
         );
     }
 

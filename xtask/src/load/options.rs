@@ -8,7 +8,7 @@ pub const USAGE: &str =
     "usage: cargo xtask bench load [--smoke] [--duration SECS] [--sweep-duration SECS]
     [--rates N,N] [--sweep N,N,...] [--concurrency N] [--streams N] [--concurrent-streams N]
     [--mock-delay-ms MS] [--gateways sqlite,postgres,nolog] [--peer litellm] [--postgres-url URL]
-    [--baton-env KEY=VALUE]...";
+    [--baton-env KEY=VALUE]... [--profile NAME]";
 
 /// One way of serving the scenarios besides the direct path to the mock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +67,9 @@ pub struct Options {
     /// More variables for every Baton gateway (`--baton-env`, repeatable): A/B runs of a
     /// setting or of the allocator's configuration without a rebuild.
     pub baton_env: Vec<(String, String)>,
+    /// The Cargo profile Baton, the mock and the driver are built with (`--profile`): `release`
+    /// for recorded figures, a quicker one to link (`release-check`: no LTO) for A/B runs.
+    pub profile: String,
 }
 
 impl Options {
@@ -86,6 +89,7 @@ impl Options {
                 gateways: vec![Gateway::Sqlite, Gateway::NoLog],
                 postgres_url: DEFAULT_POSTGRES_URL.into(),
                 baton_env: Vec::new(),
+                profile: DEFAULT_PROFILE.into(),
             }
         } else {
             Options {
@@ -101,6 +105,7 @@ impl Options {
                 gateways: vec![Gateway::Sqlite, Gateway::Postgres, Gateway::NoLog],
                 postgres_url: DEFAULT_POSTGRES_URL.into(),
                 baton_env: Vec::new(),
+                profile: DEFAULT_PROFILE.into(),
             }
         };
         let mut peer = false;
@@ -130,6 +135,7 @@ impl Options {
                     other => bail!("--peer: unknown peer '{other}' (only litellm)"),
                 },
                 "--postgres-url" => options.postgres_url = value()?.to_string(),
+                "--profile" => options.profile = profile(value()?)?,
                 "--baton-env" => {
                     let pair = value()?;
                     let (key, value) = pair
@@ -150,6 +156,23 @@ impl Options {
         }
         Ok(options)
     }
+}
+
+const DEFAULT_PROFILE: &str = "release";
+
+/// A profile whose build lands in `target/<name>` and is optimised: Cargo's own `dev`, `test`
+/// and `bench` are refused (the first two are unoptimised, and `dev` builds into `debug`).
+fn profile(name: &str) -> anyhow::Result<String> {
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    ensure!(valid, "--profile: '{name}' is not a Cargo profile name");
+    ensure!(
+        !matches!(name, "dev" | "test" | "bench"),
+        "--profile: '{name}' is not for measuring; use release or a profile that inherits it"
+    );
+    Ok(name.to_string())
 }
 
 const DEFAULT_POSTGRES_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -223,6 +246,9 @@ mod tests {
             [Gateway::NoLog, Gateway::Sqlite, Gateway::LiteLlm]
         );
         assert_eq!(peer.rates, [10, 20]);
+        assert_eq!(default.profile, "release");
+        let quick = parse(&["--profile", "release-check"]).unwrap();
+        assert_eq!(quick.profile, "release-check");
         let env = parse(&[
             "--baton-env",
             "BATON_INVOCATION_LOG__BATCH_MAX_RUNS=32",
@@ -250,6 +276,10 @@ mod tests {
         assert!(err.contains("--rates"), "{err}");
         assert!(parse(&["--peer", "nginx"]).is_err());
         assert!(parse(&["--duration"]).is_err());
+        for profile in ["dev", "../release", ""] {
+            let err = parse(&["--profile", profile]).unwrap_err().to_string();
+            assert!(err.contains("--profile"), "{profile}: {err}");
+        }
         let err = parse(&["--baton-env", "=1"]).unwrap_err().to_string();
         assert!(
             err.contains("--baton-env") && err.contains("KEY=VALUE"),

@@ -34,6 +34,8 @@ pub fn assemble(
             "streams": options.streams,
             "concurrent_streams": options.concurrent_streams,
             "mock_delay_ms": options.mock_delay_ms,
+            // A smoke run uses the dev builds of `cargo test`, whatever the option says.
+            "profile": if options.smoke { "dev" } else { options.profile.as_str() },
         },
         "elapsed_secs": elapsed.as_secs(),
         "direct": baseline.json(),

@@ -184,7 +184,7 @@ impl CpuMeter {
 struct LaneMeter<'a> {
     client: &'a reqwest::Client,
     baton_addr: Option<&'a str>,
-    before: [u64; 3],
+    before: driver::LaneBatches,
 }
 
 impl<'a> LaneMeter<'a> {
@@ -193,7 +193,7 @@ impl<'a> LaneMeter<'a> {
             Some(addr) => driver::writer_batches(client, addr)
                 .await
                 .unwrap_or_default(),
-            None => [0; 3],
+            None => driver::LaneBatches::default(),
         };
         LaneMeter {
             client,
@@ -211,8 +211,8 @@ impl<'a> LaneMeter<'a> {
         let Ok(after) = driver::writer_batches(self.client, addr).await else {
             return Value::Null;
         };
-        let [idle, own, starved] = [0, 1, 2].map(|i| after[i].saturating_sub(self.before[i]));
-        json!({"idle": idle, "own": own, "starved": starved})
+        let batches = after.since(self.before);
+        json!({"idle": batches.idle, "own": batches.own, "starved": batches.starved})
     }
 }
 
