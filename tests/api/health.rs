@@ -84,7 +84,20 @@ async fn metrics_count_requests_errors_tokens_credits_and_attempts() {
         .error(404, "NOT_FOUND");
     assert_eq!(app.get("/no/such/route", &key).await.status, 404);
 
-    let scraped = app.request(Method::GET, "/metrics", None, None).await;
+    // The writer counts a run into the metrics just after its batch commits, on the writer's
+    // thread (at idle priority on a busy machine): the row can be read a moment before.
+    let mut scraped = app.request(Method::GET, "/metrics", None, None).await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while sample(
+        &scraped.text,
+        r#"baton_runs_total{kind="chat",status="Succeeded"}"#,
+    )
+    .is_none()
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        scraped = app.request(Method::GET, "/metrics", None, None).await;
+    }
     assert_eq!(scraped.status, 200, "no credentials needed");
     assert!(
         scraped.headers["content-type"]

@@ -1014,6 +1014,25 @@ async fn with_the_invocation_log_off_requests_succeed_and_nothing_is_written() {
         .await;
     assert_eq!(streamed.status, 200, "{}", streamed.text);
     assert!(streamed.text.contains("[DONE]"), "{}", streamed.text);
+    // The events format still streams every lifecycle event, though none is stored.
+    mock.push(Reply::text("events, not logged"));
+    let events = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            json!({"model": "openai/gpt-4o-mini", "stream": true, "max_tokens": 10,
+                   "stream_options": {"format": "events"},
+                   "messages": [{"role": "user", "content": "Say hi"}]}),
+        )
+        .await;
+    assert_eq!(events.status, 200, "{}", events.text);
+    for event in [
+        "requestStarted",
+        "agentInferenceStarted",
+        "requestCompleted",
+    ] {
+        assert!(events.text.contains(event), "{event}: {}", events.text);
+    }
 
     let page = app.get("/api/v1/llm-logs", &key).await.json();
     assert_eq!(page["items"], json!([]), "{page}");

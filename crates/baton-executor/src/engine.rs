@@ -20,6 +20,7 @@ use moka::future::Cache;
 use crate::bounds::Limits;
 use crate::cache::ResponseCache;
 use crate::error::{ExecutorError, ExecutorResult};
+use crate::events::EventLog;
 use crate::limits::TenantLimiters;
 use crate::storage::{FlowStore, RunSink};
 
@@ -158,6 +159,12 @@ impl Engine {
 
     pub fn runs(&self) -> &Arc<dyn RunSink> {
         &self.inner.runs
+    }
+
+    /// The event log of request (or run) `request_id`: it stores events only if the run sink
+    /// keeps them, so with the invocation log off no event is serialised for storage.
+    pub fn event_log(&self, request_id: String) -> EventLog {
+        EventLog::new(request_id).storing(self.inner.runs.keeps_runs())
     }
 
     /// The tenant's settings, from the cache when fresh.
@@ -376,5 +383,29 @@ mod tests {
         engine.forget_settings(&tenant).await;
         engine.tenant_settings(&tenant).await.unwrap();
         assert_eq!(store.loads.load(Ordering::SeqCst), 2);
+    }
+
+    fn engine_with(runs: Arc<dyn RunSink>) -> Engine {
+        let catalogue = Arc::new(Catalogue::shipped().unwrap());
+        let registry = Registry::from_config(&ProvidersConfig::default(), catalogue).unwrap();
+        let flows = Arc::new(MemoryStore::new());
+        Engine::new(EngineConfig::default(), Arc::new(registry), flows, runs).unwrap()
+    }
+
+    /// With the invocation log off (the discarding sink) a request's events are not stored,
+    /// so none is serialised; with a sink that keeps runs they are.
+    #[test]
+    fn event_logs_store_only_for_a_sink_that_keeps_runs() {
+        let flows: Arc<dyn FlowStore> = Arc::new(MemoryStore::new());
+        let cases: [(Arc<dyn RunSink>, usize); 2] = [
+            (Arc::new(MemoryStore::new()), 1),
+            (Arc::new(crate::DiscardRuns::new(flows)), 0),
+        ];
+        for (runs, stored) in cases {
+            let mut events = engine_with(runs).event_log("r1".into());
+            events.record("requestStarted", serde_json::json!({}));
+            assert_eq!(events.count(), 1);
+            assert_eq!(events.take_stored().len(), stored);
+        }
     }
 }

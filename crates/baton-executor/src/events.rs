@@ -171,6 +171,9 @@ pub struct EventLog {
     started: Instant,
     seq: u32,
     stored: Vec<StoredEvent>,
+    /// False when nothing keeps stored events (the invocation log is off): an event only
+    /// `record`ed is then just counted, and an `emit`ted one is built for its stream only.
+    storing: bool,
 }
 
 impl EventLog {
@@ -180,7 +183,14 @@ impl EventLog {
             started: Instant::now(),
             seq: 0,
             stored: Vec::new(),
+            storing: true,
         }
+    }
+
+    /// Whether events are kept for the invocation log (by default they are).
+    pub fn storing(mut self, storing: bool) -> Self {
+        self.storing = storing;
+        self
     }
 
     pub fn elapsed_ms(&self) -> u64 {
@@ -208,7 +218,7 @@ impl EventLog {
         depth: u32,
     ) -> Value {
         let (id, timestamp, envelope) = self.envelope(event_type, data, agent_path, depth);
-        if !NOT_STORED.contains(&event_type) {
+        if self.storing && !NOT_STORED.contains(&event_type) {
             self.store(id, event_type, RawJson::of(&envelope), timestamp);
         }
         self.seq += 1;
@@ -229,7 +239,7 @@ impl EventLog {
         agent_path: &[String],
         depth: u32,
     ) {
-        if !NOT_STORED.contains(&event_type) {
+        if self.storing && !NOT_STORED.contains(&event_type) {
             // Serialised once, here, from borrowed parts: no envelope tree is built for the log.
             let id = uuid::Uuid::now_v7().to_string();
             let timestamp = Timestamp::now();
@@ -540,5 +550,19 @@ mod tests {
         assert_eq!(completed["data"], json!({"ok": true}));
         assert_eq!(completed["id"], json!(stored[1].id));
         assert_eq!(completed["timestamp"], json!(stored[1].created_at));
+    }
+
+    /// With nothing to keep them (the invocation log off) events are counted and streamed
+    /// envelopes still built, but none is stored.
+    #[test]
+    fn a_log_not_storing_keeps_nothing_but_still_counts_and_builds_envelopes() {
+        let mut log = EventLog::new("r1".into()).storing(false);
+        let started = log.emit("requestStarted", json!({"model": "m"}));
+        assert_eq!(started["type"], "requestStarted");
+        assert_eq!(started["data"], json!({"model": "m"}));
+        log.record("agentInferenceStarted", json!({}));
+        log.record_in("requestCompleted", json!({"ok": true}), &[], 0);
+        assert_eq!(log.count(), 3);
+        assert!(log.take_stored().is_empty());
     }
 }

@@ -426,7 +426,11 @@ impl Engine {
                 parameters: values,
                 callback,
                 callback_origins: settings.callback_origins.clone(),
-                events: SharedEvents::new(run_id.clone(), sender, body.stream_options),
+                events: SharedEvents::new(
+                    self.event_log(run_id.clone()),
+                    sender,
+                    body.stream_options,
+                ),
                 earlier_credits: classifier_credits,
                 flow_name: flow.name.clone(),
                 scope: AgentScope::root(
@@ -499,7 +503,7 @@ impl Engine {
 
         if stream {
             let options = body.stream_options.unwrap_or_default();
-            let mut events = EventLog::new(run_id.clone());
+            let mut events = self.event_log(run_id.clone());
             let answer = match open_stream(self, &tenant, &plan, &mut request, &mut log).await {
                 Ok(answer) => answer,
                 Err(failure) => {

@@ -85,6 +85,12 @@ pub enum RunItem {
 #[async_trait]
 pub trait RunSink: Send + Sync {
     async fn queue(&self, item: RunItem) -> ExecutorResult<()>;
+
+    /// Whether queued runs and their events are kept. A sink that drops them spares the
+    /// request path serialising events nobody will read ([`crate::Engine::event_log`]).
+    fn keeps_runs(&self) -> bool {
+        true
+    }
 }
 
 /// A sink that keeps nothing: the operator turned the invocation log off. The budget holds a
@@ -111,5 +117,9 @@ impl RunSink for DiscardRuns {
                 .await?;
         }
         Ok(())
+    }
+
+    fn keeps_runs(&self) -> bool {
+        false
     }
 }

@@ -132,8 +132,9 @@ pub struct SharedEvents {
 }
 
 impl SharedEvents {
+    /// `log`: the run's event log ([`crate::Engine::event_log`]).
     pub fn new(
-        request_id: String,
+        log: EventLog,
         live: Option<mpsc::UnboundedSender<Value>>,
         options: Option<EventOptions>,
     ) -> SharedEvents {
@@ -143,7 +144,7 @@ impl SharedEvents {
         };
         SharedEvents {
             inner: Arc::new(Mutex::new(RunEvents {
-                log: EventLog::new(request_id),
+                log,
                 live,
                 filter,
                 include_tool_results,

@@ -192,7 +192,7 @@ async fn serve_chat(
         was_fallback: false,
     };
     // The events format emits as it goes; the other formats keep the lifecycle for the log.
-    let mut events = EventLog::new(request_id.0.clone());
+    let mut events = state.engine.event_log(request_id.0.clone());
     if event_options.is_none() {
         events.record("requestStarted", call.request_started());
         events.record("agentInferenceStarted", call.inference_started());
