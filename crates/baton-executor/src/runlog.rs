@@ -233,12 +233,15 @@ impl RunLog {
             record.raw_cost_credits = cost.raw.0;
             record.pricing_uncertain = cost.pricing_uncertain;
             record.duration_ms = duration_ms;
-            record.response = Some(RawJson::of(&LoggedResponse {
-                text: &response.text,
-                tool_calls: &response.tool_calls,
-                citations: &response.citations,
-                finish_reason: response.finish_reason.as_openai(),
-            }));
+            // A sink that keeps nothing (the invocation log off) reads no body: none is built.
+            record.response = self.writer.keeps_runs().then(|| {
+                RawJson::of(&LoggedResponse {
+                    text: &response.text,
+                    tool_calls: &response.tool_calls,
+                    citations: &response.citations,
+                    finish_reason: response.finish_reason.as_openai(),
+                })
+            });
             record.completed_at = Some(Timestamp::now());
         }
     }
@@ -420,6 +423,9 @@ impl RunLog {
 
     /// The request as the log keeps it, serialised now (nothing else holds it as JSON).
     pub fn set_request<T: serde::Serialize>(&mut self, request: &T) {
+        if !self.writer.keeps_runs() {
+            return;
+        }
         if let Some(record) = self.record.as_mut() {
             record.request = Some(RawJson::of(request));
         }
@@ -430,6 +436,61 @@ impl RunLog {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::Mutex;
+
+    /// Keeps the runs queued to it, and says whether it keeps them.
+    struct Captured {
+        keeps: bool,
+        runs: Mutex<Vec<RunRecord>>,
+    }
+
+    #[async_trait::async_trait]
+    impl RunSink for Captured {
+        async fn queue(&self, item: RunItem) -> crate::ExecutorResult<()> {
+            if let RunItem::Run(record) = item {
+                self.runs.lock().unwrap().push(*record);
+            }
+            Ok(())
+        }
+
+        fn keeps_runs(&self) -> bool {
+            self.keeps
+        }
+    }
+
+    /// The request and response bodies are serialised only for a sink that keeps runs (with
+    /// the invocation log off nothing reads them); the outcome is recorded either way.
+    #[tokio::test]
+    async fn bodies_are_kept_only_for_a_sink_that_keeps_runs() {
+        let catalogue = Arc::new(Catalogue::shipped().unwrap());
+        for keeps in [true, false] {
+            let sink = Arc::new(Captured {
+                keeps,
+                runs: Mutex::new(Vec::new()),
+            });
+            let pricing = Pricing::new(catalogue.clone(), &TenantSettings::default());
+            let mut log = RunLog::start(
+                sink.clone(),
+                pricing,
+                "r1".into(),
+                TenantId::new("acme"),
+                RunKind::Chat,
+                "openai/gpt-4o-mini".into(),
+            );
+            log.set_request(&json!({"messages": [{"role": "user", "content": "hi"}]}));
+            let response = InferenceResponse {
+                text: "hello".into(),
+                ..InferenceResponse::default()
+            };
+            log.succeed("openai", "gpt-4o-mini", &response).await;
+            let runs = sink.runs.lock().unwrap();
+            assert_eq!(runs.len(), 1);
+            assert_eq!(runs[0].status, RunStatus::Succeeded);
+            assert_eq!(runs[0].served_model.as_deref(), Some("openai/gpt-4o-mini"));
+            assert_eq!(runs[0].request.is_some(), keeps, "keeps: {keeps}");
+            assert_eq!(runs[0].response.is_some(), keeps, "keeps: {keeps}");
+        }
+    }
 
     #[test]
     fn the_prompt_estimate_counts_message_text_only() {
