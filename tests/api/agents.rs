@@ -584,7 +584,7 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
     let worker = s.agent_tool("worker", &child.0, None).await;
     let nap = s
         .tool(json!({"name": "nap", "toolType": "External",
-                     "webUrl": format!("{}/sleep?ms=1500", s.host.origin())}))
+                     "webUrl": format!("{}/sleep?ms=3000", s.host.origin())}))
         .await;
     s.finish_flow(
         &root,
@@ -613,8 +613,22 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
         .to_str()
         .unwrap()
         .to_string();
-    // While the child's tool sleeps, cancel the root.
-    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    // Cancel the root while the child's tool sleeps (its call has reached the host), once the
+    // run's pending row is written (the cancel looks the run up; rows are written in batches,
+    // which take longer on a loaded machine).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let logged = s
+            .app
+            .get(&format!("/api/v1/runs/{run_id}"), &s.key)
+            .await
+            .status
+            == 200;
+        if (logged && s.host.requests().len() == 1) || std::time::Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     let cancel = crate::helpers::send(
         s.app
             .client

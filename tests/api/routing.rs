@@ -428,23 +428,35 @@ async fn round_robin_and_weighted_spread_requests() {
 
 #[tokio::test]
 async fn the_breaker_skips_a_dead_model_and_resumes_after_recovery() {
-    let s = setup_with(2, 700, 600).await;
+    const COOLDOWN: Duration = Duration::from_millis(1500);
+    let s = setup_with(2, COOLDOWN.as_millis() as u64, 600).await;
     s.rule("guarded", &[PRIMARY, BACKUP], json!({})).await;
     for _ in 0..2 {
         s.primary.push(Reply::status(500, "down"));
         assert_eq!(s.chat("guarded", json!({})).await.status, 200);
     }
+    let opened = std::time::Instant::now();
     assert_eq!(s.calls(), (2, 2));
-    // Open: the primary is not called at all.
+    // Open: the primary is not called at all. The runs are read after the open window, since
+    // waiting for each to be logged could outlast the cooldown on a loaded machine.
+    let mut skipped = Vec::new();
     for _ in 0..3 {
         let response = s.chat("guarded", json!({})).await;
         assert_eq!(response.json()["model"], BACKUP);
-        let run = s.run(&request_id(&response)).await;
+        skipped.push(request_id(&response));
+    }
+    assert!(
+        opened.elapsed() < COOLDOWN,
+        "the requests outlasted the open window"
+    );
+    assert_eq!(s.calls(), (2, 5));
+    for id in &skipped {
+        let run = s.run(id).await;
         assert_eq!(run.attempts[0].outcome, "skipped_circuit_open");
     }
-    assert_eq!(s.calls(), (2, 5));
     // After the cooldown one probe goes through; the primary has recovered.
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    tokio::time::sleep(COOLDOWN.saturating_sub(opened.elapsed()) + Duration::from_millis(100))
+        .await;
     for _ in 0..3 {
         let response = s.chat("guarded", json!({})).await;
         assert_eq!(response.json()["model"], PRIMARY);
