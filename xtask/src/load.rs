@@ -10,6 +10,7 @@
 //! RSS from `/proc` and checking its invocation log holds one row per request. It writes
 //! `target/bench/load.json` and prints the figures, the targets of issue 9 and the ratios.
 
+mod conn;
 pub(crate) mod driver;
 pub(crate) mod instructions;
 mod options;

@@ -9,6 +9,8 @@ use anyhow::ensure;
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 
+use super::conn::Connection;
+
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where one path sends its requests.
@@ -193,13 +195,13 @@ pub async fn send(client: &reqwest::Client, target: &Target) -> Result<(), Strin
     }
 }
 
-/// One request at a time, for `duration` or `count` requests.
+/// One request at a time on one keep-alive connection, for `duration` or `count` requests.
 pub async fn sequential(
-    client: &reqwest::Client,
     target: &Target,
     duration: Option<Duration>,
     count: Option<u64>,
 ) -> anyhow::Result<Outcome> {
+    let mut connection = Connection::new(target)?;
     let mut outcome = Outcome::new()?;
     let start = Instant::now();
     loop {
@@ -209,7 +211,7 @@ pub async fn sequential(
             break;
         }
         let sent_at = Instant::now();
-        let result = send(client, target).await;
+        let result = connection.send().await;
         outcome.record(sent_at.elapsed(), result);
     }
     outcome.elapsed = start.elapsed();
@@ -259,9 +261,9 @@ pub async fn fixed_rate(
     Ok(outcome)
 }
 
-/// Closed loop: `workers` requests in flight at all times for `duration`.
+/// Closed loop: `workers` requests in flight at all times for `duration`, each worker on a
+/// keep-alive connection of its own.
 pub async fn concurrent(
-    client: &reqwest::Client,
     target: &Target,
     workers: usize,
     duration: Duration,
@@ -269,12 +271,12 @@ pub async fn concurrent(
     let start = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers {
-        let (client, target) = (client.clone(), target.clone());
+        let mut connection = Connection::new(target)?;
         tasks.spawn(async move {
             let mut results = Vec::new();
             while start.elapsed() < duration {
                 let sent_at = Instant::now();
-                let result = send(&client, &target).await;
+                let result = connection.send().await;
                 results.push((sent_at.elapsed(), result));
             }
             results

@@ -102,7 +102,6 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
 async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Result<Value> {
     let (_mock, mock_addr) = procs::start_mock(bins, &procs::bench_mock_args(0), None)?;
-    let client = driver::client()?;
     let mut results = Vec::new();
     for &logged in &options.logged {
         let name = if logged {
@@ -112,20 +111,11 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
         };
         eprintln!("bench: {name}: warm-up only, under callgrind");
         let keep = |run: &str| bench_dir.join(format!("instructions-{name}-{run}.callgrind"));
-        let base = count(
-            bins,
-            &mock_addr,
-            &client,
-            logged,
-            options.warm_up,
-            &keep("warm-up"),
-        )
-        .await?;
+        let base = count(bins, &mock_addr, logged, options.warm_up, &keep("warm-up")).await?;
         eprintln!("bench: {name}: warm-up and {} requests", options.requests);
         let total = count(
             bins,
             &mock_addr,
-            &client,
             logged,
             options.warm_up + options.requests,
             &keep("requests"),
@@ -153,7 +143,6 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
 async fn count(
     bins: &Path,
     mock_addr: &str,
-    client: &reqwest::Client,
     logged: bool,
     requests: u64,
     keep: &Path,
@@ -185,7 +174,7 @@ async fn count(
         ..BatonSpec::new(bins, &dir.0, mock_addr, &database)
     })?;
     let target = baton_target(&address);
-    let outcome = driver::sequential(client, &target, None, Some(requests)).await?;
+    let outcome = driver::sequential(&target, None, Some(requests)).await?;
     if outcome.errors > 0 {
         bail!(
             "{} of {requests} requests failed: {}",

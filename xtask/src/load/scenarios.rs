@@ -66,11 +66,10 @@ impl Baseline {
         direct: &Target,
     ) -> anyhow::Result<Baseline> {
         progress("direct", "warm-up");
-        driver::sequential(client, direct, None, Some(WARM_UP)).await?;
-        let c1 = driver::sequential(client, direct, Some(options.duration), None).await?;
+        driver::sequential(direct, None, Some(WARM_UP)).await?;
+        let c1 = driver::sequential(direct, Some(options.duration), None).await?;
         progress("direct", &format!("concurrency 1: {}", summary(&c1)));
-        let conc =
-            driver::concurrent(client, direct, options.concurrency, options.duration).await?;
+        let conc = driver::concurrent(direct, options.concurrency, options.duration).await?;
         progress(
             "direct",
             &format!("concurrency {}: {}", options.concurrency, summary(&conc)),
@@ -264,14 +263,14 @@ pub async fn run_gateway(
         name,
         &format!("idle RSS {:.1} MB; warm-up", rss_idle as f64 / 1024.0),
     );
-    let warm = driver::sequential(&client, target, None, Some(WARM_UP)).await?;
+    let warm = driver::sequential(target, None, Some(WARM_UP)).await?;
     sent.add(&warm);
     let warm_streams = driver::streams(&client, target, 3).await?;
     sent.add(&warm_streams.ttft);
 
     let lanes = LaneMeter::start(&client, baton_addr).await;
     let meter = CpuMeter::start(pid, ticks);
-    let c1 = driver::sequential(&client, target, Some(options.duration), None).await?;
+    let c1 = driver::sequential(target, Some(options.duration), None).await?;
     let c1_cpu = meter.per_request(c1.sent);
     let c1_batches = lanes.finish().await;
     sent.add(&c1);
@@ -290,7 +289,7 @@ pub async fn run_gateway(
 
     let lanes = LaneMeter::start(&client, baton_addr).await;
     let meter = CpuMeter::start(pid, ticks);
-    let conc = driver::concurrent(&client, target, options.concurrency, options.duration).await?;
+    let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
     let conc_cpu = meter.per_request(conc.sent);
     let conc_batches = lanes.finish().await;
     sent.add(&conc);
