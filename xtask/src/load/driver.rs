@@ -509,8 +509,7 @@ async fn count_log_rows(
     Ok(log_rows(client, baton_addr, key).await?.len() as u64)
 }
 
-/// The log writer's batches so far, from Baton's `/metrics`: `[idle lane, own runtime,
-/// starved on the idle lane]`.
+/// The log writer's batches so far and its queue, from Baton's `/metrics`.
 pub async fn writer_batches(
     client: &reqwest::Client,
     baton_addr: &str,
@@ -526,12 +525,14 @@ pub async fn writer_batches(
 }
 
 /// The log writer's batch counters from Baton's `/metrics`: batches written on the idle lane,
-/// on the writer's own runtime, and idle-lane batches starved of CPU.
+/// on the writer's own runtime, and idle-lane batches starved of CPU; and the runs still
+/// queued for it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct LaneBatches {
     pub idle: u64,
     pub own: u64,
     pub starved: u64,
+    pub queued: u64,
 }
 
 impl LaneBatches {
@@ -546,6 +547,7 @@ impl LaneBatches {
             idle: counter(r#"baton_log_writer_batches_total{lane="idle"}"#),
             own: counter(r#"baton_log_writer_batches_total{lane="own"}"#),
             starved: counter("baton_log_writer_starved_batches_total"),
+            queued: counter("baton_log_writer_queue_depth"),
         }
     }
 
@@ -555,6 +557,7 @@ impl LaneBatches {
             idle: self.idle.saturating_sub(before.idle),
             own: self.own.saturating_sub(before.own),
             starved: self.starved.saturating_sub(before.starved),
+            queued: self.queued,
         }
     }
 }
@@ -623,14 +626,17 @@ mod tests {
         let text = "# TYPE baton_log_writer_batches counter\n\
             baton_log_writer_batches_total{lane=\"idle\"} 12\n\
             baton_log_writer_batches_total{lane=\"own\"} 3\n\
-            baton_log_writer_starved_batches_total 1\n";
+            baton_log_writer_starved_batches_total 1\n\
+            # HELP baton_log_writer_queue_depth Runs waiting for the log writer.\n\
+            baton_log_writer_queue_depth 40\n";
         let counted = LaneBatches::parse(text);
         assert_eq!(
             counted,
             LaneBatches {
                 idle: 12,
                 own: 3,
-                starved: 1
+                starved: 1,
+                queued: 40,
             }
         );
         // A lane never used has no line yet.
@@ -642,13 +648,15 @@ mod tests {
             idle: 10,
             own: 3,
             starved: 0,
+            queued: 7,
         };
         assert_eq!(
             counted.since(before),
             LaneBatches {
                 idle: 2,
                 own: 0,
-                starved: 1
+                starved: 1,
+                queued: 40,
             }
         );
     }

@@ -99,7 +99,7 @@ impl Options {
                 rates: vec![1000, 5000],
                 sweep: vec![250, 500, 1000, 2000, 3000, 5000, 8000, 12000, 16000, 20000],
                 concurrency: 50,
-                streams: 200,
+                streams: 500,
                 concurrent_streams: 1000,
                 mock_delay_ms: 0,
                 gateways: vec![Gateway::Sqlite, Gateway::Postgres, Gateway::NoLog],

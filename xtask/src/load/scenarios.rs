@@ -178,31 +178,47 @@ impl CpuMeter {
     }
 }
 
+/// Longest a phase waits for the log writer to drain what the phases before it queued.
+const DRAIN_WAIT: Duration = Duration::from_secs(30);
+
 /// The log writer's batches by lane over one phase (Baton only: read from `/metrics`), to see
 /// whether the idle lane kept up or was starved.
 struct LaneMeter<'a> {
     client: &'a reqwest::Client,
     baton_addr: Option<&'a str>,
     before: driver::LaneBatches,
+    /// How long the phase's start waited for the writer's queue to empty.
+    drained: Duration,
 }
 
 impl<'a> LaneMeter<'a> {
+    /// Waits (up to [`DRAIN_WAIT`]) until the log writer has no run queued, so a phase measures
+    /// its own load, not the backlog a saturating phase before it left (which the writer
+    /// catches up on at normal priority), then reads the counters.
     async fn start(client: &'a reqwest::Client, baton_addr: Option<&'a str>) -> LaneMeter<'a> {
+        let waiting = Instant::now();
         let before = match baton_addr {
-            Some(addr) => driver::writer_batches(client, addr)
-                .await
-                .unwrap_or_default(),
+            Some(addr) => loop {
+                let batches = driver::writer_batches(client, addr)
+                    .await
+                    .unwrap_or_default();
+                if batches.queued == 0 || waiting.elapsed() >= DRAIN_WAIT {
+                    break batches;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            },
             None => driver::LaneBatches::default(),
         };
         LaneMeter {
             client,
             baton_addr,
             before,
+            drained: waiting.elapsed(),
         }
     }
 
-    /// `{"idle", "own", "starved"}` batches since the start (`null` for a peer or when
-    /// `/metrics` could not be read).
+    /// `{"idle", "own", "starved", "drain_wait_ms"}` batches since the start (`null` for a peer
+    /// or when `/metrics` could not be read).
     async fn finish(self) -> Value {
         let Some(addr) = self.baton_addr else {
             return Value::Null;
@@ -211,7 +227,8 @@ impl<'a> LaneMeter<'a> {
             return Value::Null;
         };
         let batches = after.since(self.before);
-        json!({"idle": batches.idle, "own": batches.own, "starved": batches.starved})
+        json!({"idle": batches.idle, "own": batches.own, "starved": batches.starved,
+               "drain_wait_ms": self.drained.as_millis() as u64})
     }
 }
 
