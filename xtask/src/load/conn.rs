@@ -8,7 +8,7 @@
 //! pool (any number of requests in flight) and chunk-by-chunk reads.
 
 use bytes::Bytes;
-use http::header::{AUTHORIZATION, CONTENT_TYPE, HOST};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
 use http::{HeaderValue, Method, Request, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
@@ -76,7 +76,9 @@ impl Connection {
             .method(Method::POST)
             .uri(self.path.clone())
             .header(HOST, self.host.clone())
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+            // What reqwest sends, so every phase's requests look the same to a server.
+            .header(ACCEPT, HeaderValue::from_static("*/*"));
         if let Some(authorization) = &self.authorization {
             request = request.header(AUTHORIZATION, authorization.clone());
         }
