@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
 
-use super::driver::{REQUEST_TIMEOUT, Target};
+use super::driver::{REQUEST_TIMEOUT, Target, answered};
 
 /// A worker's connection to one target's plain (unstreamed) endpoint, opened on first use and
 /// again after a failure.
@@ -96,14 +96,7 @@ impl Connection {
             .await
             .map_err(|e| e.to_string())?
             .to_bytes();
-        if status.is_success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{status}: {}",
-                String::from_utf8_lossy(&body[..body.len().min(300)])
-            ))
-        }
+        answered(status, &body)
     }
 }
 

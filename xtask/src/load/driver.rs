@@ -185,6 +185,12 @@ pub async fn send(client: &reqwest::Client, target: &Target) -> Result<(), Strin
         .map_err(|e| e.to_string())?;
     let status = response.status();
     let body = response.bytes().await.map_err(|e| e.to_string())?;
+    answered(status, &body)
+}
+
+/// A response read to its end: `Err` with the status and the start of the body unless it
+/// succeeded.
+pub fn answered(status: http::StatusCode, body: &[u8]) -> Result<(), String> {
     if status.is_success() {
         Ok(())
     } else {
