@@ -1,11 +1,11 @@
 //! One bare keep-alive HTTP/1.1 connection, for the closed-loop phases (concurrency 1 and N).
 //!
 //! On two vCPUs the driver shares the machine with the mock and the gateway, so what it spends
-//! per request is taken from the gateway's throughput. reqwest costs ~14 us of CPU a request
-//! here (a pool checkout, the URL parsed three times, its tower stack); a worker that owns one
-//! hyper connection and sends one prepared request costs a fraction of that
-//! (docs/benchmarks.md, "The driver"). Open-loop phases and streams keep reqwest: they need a
-//! pool (any number of requests in flight) and chunk-by-chunk reads.
+//! per request is taken from the gateway's throughput. Through reqwest each request pays for a
+//! pool checkout, the URL parsed three times and its tower stack; a worker that owns one hyper
+//! connection and sends one prepared request does not (the direct closed loop ran 55% faster
+//! with it: docs/benchmarks.md, "The driver"). Open-loop phases and streams keep reqwest: they
+//! need a pool (any number of requests in flight) and chunk-by-chunk reads.
 
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST};
