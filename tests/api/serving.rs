@@ -57,3 +57,86 @@ async fn an_address_another_server_listens_on_is_refused() {
     assert!(err.contains("in use"), "{err}");
     app.stop().await;
 }
+
+/// Reads until the server closes the connection; what it sent before closing. Panics if it
+/// keeps the connection open for a minute (the deadline under test is a second).
+async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        stream.read_to_end(&mut received),
+    )
+    .await
+    .expect("the server kept the connection open past its header deadline");
+    // A reset (the server closing with our bytes unread) is a close too.
+    if let Err(err) = read {
+        assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+    }
+    received
+}
+
+#[tokio::test]
+async fn connections_that_do_not_send_their_headers_in_time_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    use tokio::net::TcpStream;
+
+    let app = crate::helpers::spawn_app_with(|config| {
+        config.server.header_read_timeout_secs = 1;
+        config.server.threads = 2;
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_string();
+
+    // Connects and sends nothing.
+    let mut silent = TcpStream::connect(&address).await.unwrap();
+    // Starts a request and stalls mid-headers (a slow-header client).
+    let mut stalled = TcpStream::connect(&address).await.unwrap();
+    stalled
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: baton\r\nX-Slow: ")
+        .await
+        .unwrap();
+    // Sends a whole request, then idles on the kept-alive connection.
+    let mut idle = TcpStream::connect(&address).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: baton\r\n\r\n")
+        .await
+        .unwrap();
+
+    assert!(read_until_closed(&mut silent).await.is_empty());
+    assert!(read_until_closed(&mut stalled).await.is_empty());
+    let answered = String::from_utf8(read_until_closed(&mut idle).await).unwrap();
+    assert!(answered.starts_with("HTTP/1.1 200"), "{answered}");
+    // One response: the connection was closed while idle, not after a second request.
+    assert_eq!(answered.matches("HTTP/1.1").count(), 1, "{answered}");
+
+    // A client that sends in time is served as before, on a fresh connection.
+    let response = app.client.get(app.url("/healthz")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn stopping_closes_idle_kept_alive_connections_at_once() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
+
+    // Neither the header deadline nor the grace period could close the connection in time:
+    // only the drain's closing of idle connections does.
+    let app = crate::helpers::spawn_app_with(|config| {
+        config.server.threads = 1;
+        config.server.shutdown_grace_secs = 600;
+    })
+    .await;
+    let address = app.address.trim_start_matches("http://").to_string();
+    let mut idle = TcpStream::connect(&address).await.unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: baton\r\n\r\n")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    idle.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+
+    let stop = tokio::spawn(app.stop());
+    read_until_closed(&mut idle).await;
+    stop.await.unwrap();
+}

@@ -11,6 +11,7 @@ pub mod mcp;
 pub mod metrics;
 pub mod overload;
 pub mod routes;
+pub mod serve;
 pub mod state;
 pub mod streams;
 pub mod toolrun;
@@ -18,15 +19,11 @@ pub mod toolrun;
 // The engine lives in `baton-executor`; its modules keep their old paths here.
 pub use baton_executor::{cache, capture, events, gateway, limits, runlog};
 
-use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, StatusCode, header};
-use axum::serve::ListenerExt;
 use axum::{Extension, middleware};
-use tokio::net::TcpListener;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
@@ -41,6 +38,7 @@ pub use error::{ApiError, ApiResult};
 pub use mcp::McpConfig;
 pub use overload::OverloadConfig;
 pub use routes::openapi;
+pub use serve::{ServeOptions, serve};
 pub use state::{ApiConfig, AppState};
 
 use crate::context::RequestId;
@@ -104,26 +102,6 @@ pub(crate) fn with_request_layers(
             .layer(DefaultBodyLimit::max(config.max_body_bytes))
             .layer(Extension(extract::BodyLimit(config.max_body_bytes))),
     )
-}
-
-/// Serves `router` on `listener` until `shutdown` resolves, then lets in-flight requests finish.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    // Responses are small and latency-bound: send them without Nagle's delay.
-    let listener = listener.tap_io(|tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %err, "could not set TCP_NODELAY");
-        }
-    });
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
 }
 
 #[cfg(test)]

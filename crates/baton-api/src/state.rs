@@ -20,6 +20,7 @@ use crate::error::ApiError;
 use crate::mcp::{McpConfig, McpService};
 use crate::metrics::Metrics;
 use crate::overload::{Overload, OverloadConfig};
+use crate::serve::ServeOptions;
 use crate::streams::StreamSlots;
 
 /// What the HTTP layer needs from the operator's configuration.
@@ -52,6 +53,8 @@ pub struct ApiConfig {
     pub invocation_log: bool,
     /// Load shedding (`overload.rs`).
     pub overload: OverloadConfig,
+    /// How accepted connections are served: the header deadline (`serve.rs`).
+    pub connections: ServeOptions,
 }
 
 impl ApiConfig {
@@ -89,6 +92,7 @@ impl Default for ApiConfig {
             limits: Limits::default(),
             invocation_log: true,
             overload: OverloadConfig::default(),
+            connections: ServeOptions::default(),
         }
     }
 }

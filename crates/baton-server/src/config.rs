@@ -6,7 +6,7 @@ use std::num::NonZeroU32;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use baton_api::{ApiConfig, Limits, McpConfig, OverloadConfig};
+use baton_api::{ApiConfig, Limits, McpConfig, OverloadConfig, ServeOptions};
 use baton_providers::{BUILT_IN, ProvidersConfig};
 use baton_store::runs::WriterOptions;
 use figment::Figment;
@@ -131,6 +131,10 @@ pub struct ServerConfig {
     /// Serving threads, each a single-threaded runtime with its own listener on the port
     /// (`docs/performance.md`, "Thread per core"); 0: one per CPU.
     pub threads: usize,
+    /// How long a connection has to send a request's headers, from when it connects or from
+    /// its previous response (so also how long a keep-alive connection may stay idle); past it
+    /// the connection is closed. 0: no deadline.
+    pub header_read_timeout_secs: u64,
 }
 
 impl Default for ServerConfig {
@@ -144,6 +148,10 @@ impl Default for ServerConfig {
                 .unwrap_or(u64::MAX),
             shed_interval_ms: u64::try_from(api.overload.interval.as_millis()).unwrap_or(u64::MAX),
             threads: 0,
+            header_read_timeout_secs: api
+                .connections
+                .header_read_timeout
+                .map_or(0, |timeout| timeout.as_secs()),
         }
     }
 }
@@ -539,6 +547,10 @@ impl Config {
             mcp: self.mcp.api_config(self.bind),
             limits: self.limits.limits()?,
             invocation_log: self.invocation_log.enabled,
+            connections: ServeOptions {
+                header_read_timeout: (self.server.header_read_timeout_secs > 0)
+                    .then(|| Duration::from_secs(self.server.header_read_timeout_secs)),
+            },
             overload: OverloadConfig {
                 target_delay: Duration::from_millis(self.server.shed_queue_delay_ms),
                 interval: Duration::from_millis(self.server.shed_interval_ms),
@@ -689,6 +701,37 @@ mod tests {
                 .map_err(|e| e.to_string())?;
             assert_eq!(writer.batch, WriterOptions::default().batch);
             assert_eq!(writer.max_delay, WriterOptions::default().max_delay);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn the_header_deadline_defaults_to_30_seconds_and_zero_turns_it_off() {
+        Jail::expect_with(|jail| {
+            let connections = |config: Config| config.api_config().map(|api| api.connections);
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(
+                connections(config)
+                    .map_err(|e| e.to_string())?
+                    .header_read_timeout,
+                Some(Duration::from_secs(30))
+            );
+            jail.set_env("BATON_SERVER__HEADER_READ_TIMEOUT_SECS", "5");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(
+                connections(config)
+                    .map_err(|e| e.to_string())?
+                    .header_read_timeout,
+                Some(Duration::from_secs(5))
+            );
+            jail.set_env("BATON_SERVER__HEADER_READ_TIMEOUT_SECS", "0");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(
+                connections(config)
+                    .map_err(|e| e.to_string())?
+                    .header_read_timeout,
+                None
+            );
             Ok(())
         });
     }

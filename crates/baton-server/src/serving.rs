@@ -127,7 +127,8 @@ impl Thread {
         self.state.start_runtime_tasks();
         let _ = ready.send(Ok(()));
         let mut stopping = self.stop.clone();
-        let result = baton_api::serve(listener, self.router, async move {
+        let options = self.state.config.connections;
+        let result = baton_api::serve(listener, self.router, options, async move {
             // A dropped sender (the application went away without stopping) stops too.
             let _ = stopping.wait_for(|stop| *stop).await;
         })
