@@ -82,6 +82,7 @@ fn build(profile: &[&str]) -> anyhow::Result<()> {
     for package in [
         &["-p", "baton-server", "--bin", "baton"][..],
         &["-p", "baton-testkit", "--bin", "baton-mock"][..],
+        &["-p", "baton-testkit", "--bin", "baton-floor"][..],
         &["-p", "xtask"][..],
     ] {
         cargo(&[&["build"], profile, package].concat())?;
@@ -206,9 +207,20 @@ async fn run_one(
             started
         }
         Gateway::LiteLlm => procs::start_litellm(bench_dir, &dir.0, mock_addr, cpus)?,
+        Gateway::Floor => procs::start_floor(bins, mock_addr, cpus)?,
     };
     let target = if gateway.is_baton() {
         baton_target(&address)
+    } else if gateway == Gateway::Floor {
+        // Forwards each path to the mock as it is, the shaped long-stream route included.
+        let long_path = procs::long_stream_base(&address);
+        Target::new(
+            format!("http://{address}/v1/chat/completions"),
+            format!("{long_path}/chat/completions"),
+            None,
+            "gpt-4o-mini",
+            "gpt-4o-mini",
+        )
     } else {
         let url = format!("http://{address}/v1/chat/completions");
         Target::new(

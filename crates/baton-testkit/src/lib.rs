@@ -10,6 +10,7 @@
 pub mod bedrock;
 pub mod fast;
 pub mod faults;
+pub mod floor;
 pub mod gemini;
 pub mod mcp;
 pub mod mock;

@@ -1,6 +1,7 @@
 //! The `baton-mock` process as the load benchmark and the soak start it: the port line, a
-//! completion, a stream of the shaped route's length, the failing route, the tool host and MCP.
-//! (Also what makes `cargo test --workspace` build the binary, which `cargo xtask bench load
+//! completion, a stream of the shaped route's length, the failing route, the tool host and MCP;
+//! and the `baton-floor` proxy in front of it.
+//! (Also what makes `cargo test --workspace` build the binaries, which `cargo xtask bench load
 //! --smoke` and `cargo xtask soak --smoke` then reuse.)
 
 // The whole binary is test code: panicking on a broken expectation is the point.
@@ -37,20 +38,22 @@ fn post_with(address: &str, path: &str, body: &str, extra: &str) -> String {
     response
 }
 
-#[test]
-fn serves_completions_and_streams_of_the_shaped_length() {
-    let mut child = Killed(
-        Command::new(env!("CARGO_BIN_EXE_baton-mock"))
-            .args(["--chunks", "3", "--gap-ms", "0"])
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
+/// Starts a testkit program and reads the address from its `listening ADDRESS` line.
+fn announced(command: &mut Command) -> (Killed, String) {
+    let mut child = Killed(command.stdout(Stdio::piped()).spawn().unwrap());
     let mut line = String::new();
     BufReader::new(child.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     let address = line.trim().strip_prefix("listening ").unwrap().to_string();
+    (child, address)
+}
+
+#[test]
+fn serves_completions_and_streams_of_the_shaped_length() {
+    let (_mock, address) = announced(
+        Command::new(env!("CARGO_BIN_EXE_baton-mock")).args(["--chunks", "3", "--gap-ms", "0"]),
+    );
 
     let completion = post(&address, "/v1/chat/completions", r#"{"model":"m"}"#);
     assert!(completion.starts_with("HTTP/1.1 200"), "{completion}");
@@ -88,4 +91,50 @@ fn serves_completions_and_streams_of_the_shaped_length() {
         "Accept: application/json, text/event-stream\r\n",
     );
     assert!(mcp.starts_with("HTTP/1.1 200"), "{mcp}");
+}
+
+#[test]
+fn the_floor_proxy_forwards_each_path_to_its_upstream_and_relays_the_answer() {
+    let (_mock, mock) = announced(
+        Command::new(env!("CARGO_BIN_EXE_baton-mock")).args(["--chunks", "3", "--gap-ms", "0"]),
+    );
+    let (_floor, floor) = announced(Command::new(env!("CARGO_BIN_EXE_baton-floor")).args([
+        "--upstream",
+        &format!("http://{mock}"),
+        "--threads",
+        "2",
+    ]));
+    assert_ne!(floor, mock);
+
+    let completion = post(&floor, "/v1/chat/completions", r#"{"model":"m"}"#);
+    assert!(completion.starts_with("HTTP/1.1 200"), "{completion}");
+    assert!(completion.contains("\"chat.completion\""), "{completion}");
+    // The shaped route's path goes through as it is: seven chunks, not the default three.
+    let shaped = post(
+        &floor,
+        "/shape/7/1/v1/chat/completions",
+        r#"{"model":"m","stream":true}"#,
+    );
+    assert!(shaped.contains("text/event-stream"), "{shaped}");
+    assert_eq!(shaped.matches("\"tok \"").count(), 7, "{shaped}");
+    assert!(shaped.contains("data: [DONE]"), "{shaped}");
+    // The upstream's own status comes back unchanged.
+    let failing: Vec<String> = (0..2)
+        .map(|_| post(&floor, "/fail/100/v1/chat/completions", r#"{"model":"m"}"#))
+        .collect();
+    assert!(
+        failing.iter().all(|r| !r.starts_with("HTTP/1.1 200")),
+        "{failing:?}"
+    );
+
+    // No upstream: 502.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = closed.local_addr().unwrap();
+    drop(closed);
+    let (_orphan, orphan) = announced(
+        Command::new(env!("CARGO_BIN_EXE_baton-floor"))
+            .args(["--upstream", &format!("http://{gone}")]),
+    );
+    let refused = post(&orphan, "/v1/chat/completions", r#"{"model":"m"}"#);
+    assert!(refused.starts_with("HTTP/1.1 502"), "{refused}");
 }

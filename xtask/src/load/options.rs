@@ -7,7 +7,7 @@ use anyhow::{Context, bail, ensure};
 pub const USAGE: &str =
     "usage: cargo xtask bench load [--smoke] [--duration SECS] [--sweep-duration SECS]
     [--rates N,N] [--sweep N,N,...] [--concurrency N] [--streams N] [--concurrent-streams N]
-    [--mock-delay-ms MS] [--gateways sqlite,postgres,nolog] [--peer litellm] [--postgres-url URL]
+    [--mock-delay-ms MS] [--gateways sqlite,postgres,nolog,floor] [--peer litellm] [--postgres-url URL]
     [--baton-env KEY=VALUE]... [--profile NAME]";
 
 /// One way of serving the scenarios besides the direct path to the mock.
@@ -21,6 +21,9 @@ pub enum Gateway {
     NoLog,
     /// LiteLLM's proxy (`--peer litellm`), one worker, no database.
     LiteLlm,
+    /// The floor proxy (`baton-floor`): Baton's serving and provider-call stack doing nothing
+    /// but forward, for what the extra hop itself costs on this machine.
+    Floor,
 }
 
 impl Gateway {
@@ -30,11 +33,12 @@ impl Gateway {
             Gateway::Postgres => "baton-postgres",
             Gateway::NoLog => "baton-nolog",
             Gateway::LiteLlm => "litellm",
+            Gateway::Floor => "floor",
         }
     }
 
     pub fn is_baton(self) -> bool {
-        self != Gateway::LiteLlm
+        !matches!(self, Gateway::LiteLlm | Gateway::Floor)
     }
 
     /// Whether every request should leave one invocation-log row.
@@ -202,8 +206,9 @@ fn gateways(value: &str) -> anyhow::Result<Vec<Gateway>> {
             "sqlite" => Gateway::Sqlite,
             "postgres" => Gateway::Postgres,
             "nolog" => Gateway::NoLog,
+            "floor" => Gateway::Floor,
             other => bail!(
-                "--gateways: unknown gateway '{other}' (sqlite, postgres, nolog; the peer is --peer litellm)"
+                "--gateways: unknown gateway '{other}' (sqlite, postgres, nolog, floor; the peer is --peer litellm)"
             ),
         };
         if !chosen.contains(&gateway) {
@@ -234,7 +239,7 @@ mod tests {
         assert_eq!(smoke.gateways, [Gateway::Sqlite]);
         let peer = parse(&[
             "--gateways",
-            "nolog,sqlite",
+            "nolog,sqlite,floor",
             "--peer",
             "litellm",
             "--rates",
@@ -243,8 +248,14 @@ mod tests {
         .unwrap();
         assert_eq!(
             peer.gateways,
-            [Gateway::NoLog, Gateway::Sqlite, Gateway::LiteLlm]
+            [
+                Gateway::NoLog,
+                Gateway::Sqlite,
+                Gateway::Floor,
+                Gateway::LiteLlm
+            ]
         );
+        assert!(!Gateway::Floor.is_baton() && !Gateway::Floor.logs());
         assert_eq!(peer.rates, [10, 20]);
         assert_eq!(default.profile, "release");
         let quick = parse(&["--profile", "release-check"]).unwrap();

@@ -96,22 +96,42 @@ pub fn start_mock(
     args: &[String],
     cpus: Option<&str>,
 ) -> anyhow::Result<(Guarded, String)> {
+    announced(
+        pinned(&bins.join("baton-mock"), cpus).args(args),
+        "baton-mock",
+    )
+}
+
+/// Spawns `command`, a testkit program that prints `listening ADDRESS` first.
+fn announced(command: &mut Command, name: &str) -> anyhow::Result<(Guarded, String)> {
     let mut child = Guarded(
-        pinned(&bins.join("baton-mock"), cpus)
-            .args(args)
+        command
             .stdout(Stdio::piped())
             .spawn()
-            .context("starting baton-mock")?,
+            .with_context(|| format!("starting {name}"))?,
     );
-    let stdout = child.0.stdout.take().context("mock stdout")?;
+    let stdout = child.0.stdout.take().context("stdout")?;
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line)?;
     let address = line
         .trim()
         .strip_prefix("listening ")
-        .with_context(|| format!("unexpected first line from baton-mock: {line:?}"))?
+        .with_context(|| format!("unexpected first line from {name}: {line:?}"))?
         .to_string();
     Ok((child, address))
+}
+
+/// The floor proxy (`baton-floor`) in front of the mock, announcing its port as the mock does.
+pub fn start_floor(
+    bins: &Path,
+    mock_addr: &str,
+    cpus: Option<&str>,
+) -> anyhow::Result<(Guarded, String)> {
+    announced(
+        pinned(&bins.join("baton-floor"), cpus)
+            .args(["--upstream", &format!("http://{mock_addr}")]),
+        "baton-floor",
+    )
 }
 
 /// The load benchmark's mock flags: the provider delay and the short-stream shape.

@@ -56,6 +56,13 @@ fn at_rate(gateway: &Value, rate: u64) -> Option<&Value> {
         .find(|p| p["rate"] == rate && p.get("skipped").is_none())
 }
 
+/// Baton's gateways, not the peer or the floor proxy: the targets and ratios are Baton's.
+fn is_baton(gateway: &Value) -> bool {
+    gateway["name"]
+        .as_str()
+        .is_some_and(|name| name.starts_with("baton-"))
+}
+
 fn target(gateway: &Value, name: &str, value: String, met: Option<bool>) -> Value {
     json!({"gateway": gateway["name"], "target": name, "value": value, "met": met})
 }
@@ -65,7 +72,7 @@ fn target(gateway: &Value, name: &str, value: String, met: Option<bool>) -> Valu
 fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
     let litellm = live(gateways).find(|g| g["name"] == "litellm");
     let mut out = Vec::new();
-    for g in live(gateways).filter(|g| g["name"] != "litellm") {
+    for g in live(gateways).filter(|g| is_baton(g)) {
         let c1 = g["concurrency_1"]["added_p99_us"]
             .as_i64()
             .unwrap_or(i64::MAX);
@@ -193,7 +200,7 @@ fn ratios(gateways: &[Value]) -> Vec<Value> {
     };
     let f = |v: &Value| v.as_f64();
     live(gateways)
-        .filter(|g| g["name"] != "litellm")
+        .filter(|g| is_baton(g))
         .map(|g| {
             json!({
                 "gateway": g["name"],
@@ -626,6 +633,29 @@ mod tests {
         assert_eq!(group(-1234567), "-1,234,567");
         assert_eq!(num(&json!(12.34)), "12.3");
         assert_eq!(num(&Value::Null), "-");
+    }
+
+    #[test]
+    fn targets_and_ratios_are_baton_s_alone() {
+        let gateway = |name: &str| {
+            json!({"name": name, "concurrency_1": {"added_p99_us": 100},
+                   "concurrency": {"rps": 1000.0}, "rss_kb": {"idle": 1024}})
+        };
+        let gateways = [
+            gateway("baton-sqlite"),
+            gateway("floor"),
+            gateway("litellm"),
+        ];
+        let options = Options::parse(&[]).unwrap();
+        let judged: Vec<Value> = targets(&options, &gateways)
+            .into_iter()
+            .map(|t| t["gateway"].clone())
+            .collect();
+        assert!(!judged.is_empty());
+        assert!(judged.iter().all(|g| g == "baton-sqlite"), "{judged:?}");
+        let compared = ratios(&gateways);
+        assert_eq!(compared.len(), 1);
+        assert_eq!(compared[0]["gateway"], "baton-sqlite");
     }
 
     #[test]

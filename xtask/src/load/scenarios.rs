@@ -521,7 +521,7 @@ pub async fn run_gateway(
             })
         }
         None => {
-            json!({"logging": false, "requests_sent": sent.requests, "note": "LiteLLM without a database keeps no request log"})
+            json!({"logging": false, "requests_sent": sent.requests, "note": "not Baton: no request log (LiteLLM runs without a database)"})
         }
     };
     tokio::time::sleep(Duration::from_secs(1)).await;
