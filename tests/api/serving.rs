@@ -116,6 +116,36 @@ async fn connections_that_do_not_send_their_headers_in_time_are_closed() {
 }
 
 #[tokio::test]
+async fn a_request_slower_than_the_header_deadline_is_answered_on_its_connection() {
+    use baton_testkit::Reply;
+    use std::time::Duration;
+
+    let (app, mock) = app_with_mock_and(|config| config.server.header_read_timeout_secs = 1).await;
+    // The deadline covers reading a request's headers, not the time Baton takes to answer.
+    mock.push(Reply::Delayed(
+        Duration::from_millis(2500),
+        Box::new(Reply::text("slow but sure")),
+    ));
+    mock.push(Reply::text("and again"));
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    for expected in ["slow but sure", "and again"] {
+        let response = send(
+            client
+                .post(app.url("/api/v1/chat/completions"))
+                .bearer_auth(&app.default_tenant.api_key)
+                .json(&json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})),
+        )
+        .await;
+        assert_eq!(response.status, 200, "{}", response.text);
+        assert!(response.text.contains(expected), "{}", response.text);
+    }
+    app.stop().await;
+}
+
+#[tokio::test]
 async fn stopping_closes_idle_kept_alive_connections_at_once() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
