@@ -16,6 +16,7 @@ use baton_providers::DeltaStream;
 use baton_providers::routing::{ChainModel, ModelSelection, Named};
 use baton_providers::structured::OutputSchema;
 use futures::{Stream, StreamExt};
+use serde::Serialize;
 use serde_json::Value;
 
 use baton_executor::ExecutorError;
@@ -384,10 +385,8 @@ struct ChunkStream {
 }
 
 impl ChunkStream {
-    fn event(&mut self, data: &Value) -> Event {
-        let id = self.next_id;
-        self.next_id += 1;
-        Event::default().id(id.to_string()).data(data.to_string())
+    fn event(&mut self, data: &impl Serialize) -> Event {
+        sse_event(&mut self.next_id, data)
     }
 
     fn done(&mut self) -> Event {
@@ -453,6 +452,16 @@ async fn next_or_expired(
     }
 }
 
+/// The next SSE event of a stream: `data` as JSON, numbered. A free function so a chunk
+/// borrowing the stream's writer can be sent while the counter moves.
+fn sse_event(next_id: &mut u64, data: &impl Serialize) -> Event {
+    let id = *next_id;
+    *next_id += 1;
+    // Serialising cannot fail for these types (string keys, no maps of other keys).
+    let data = serde_json::to_string(data).unwrap_or_default();
+    Event::default().id(id.to_string()).data(data)
+}
+
 /// Relays upstream deltas as chunks: role chunk, content chunks, final usage chunk, `[DONE]`.
 fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallible>> + Send {
     futures::stream::unfold(state, |mut state| async move {
@@ -461,13 +470,13 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
             Phase::Start => {
                 state.phase = Phase::Relay;
                 let role = state.writer.role();
-                batch.push(state.event(&role));
+                batch.push(sse_event(&mut state.next_id, &role));
             }
             Phase::Relay => match next_or_expired(&mut state).await {
                 Some(Ok(delta)) => {
                     state.accumulator.push(&delta);
                     if let Some(chunk) = state.writer.delta(&delta) {
-                        batch.push(state.event(&chunk));
+                        batch.push(sse_event(&mut state.next_id, &chunk));
                     }
                 }
                 Some(Err(error)) => {
@@ -496,8 +505,9 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallib
                         batch.push(state.event(&body));
                     }
                     if state.include_usage {
-                        let usage = state.writer.usage(&state.accumulator.usage());
-                        batch.push(state.event(&usage));
+                        let usage = state.accumulator.usage();
+                        let usage = state.writer.usage(&usage);
+                        batch.push(sse_event(&mut state.next_id, &usage));
                     }
                     batch.push(state.done());
                     state.phase = Phase::Done;
