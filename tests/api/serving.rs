@@ -58,6 +58,17 @@ async fn an_address_another_server_listens_on_is_refused() {
     app.stop().await;
 }
 
+/// A raw connection to `app` that has sent `bytes` (nothing when empty).
+async fn connected(app: &crate::helpers::TestApp, bytes: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let address = app.address.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(bytes).await.unwrap();
+    stream
+}
+
+const HEALTH_REQUEST: &[u8] = b"GET /healthz HTTP/1.1\r\nHost: baton\r\n\r\n";
+
 /// Reads until the server closes the connection; what it sent before closing. Panics if it
 /// keeps the connection open for a minute (the deadline under test is a second).
 async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
@@ -78,29 +89,17 @@ async fn read_until_closed(stream: &mut tokio::net::TcpStream) -> Vec<u8> {
 
 #[tokio::test]
 async fn connections_that_do_not_send_their_headers_in_time_are_closed() {
-    use tokio::io::AsyncWriteExt;
-    use tokio::net::TcpStream;
-
     let app = crate::helpers::spawn_app_with(|config| {
         config.server.header_read_timeout_secs = 1;
         config.server.threads = 2;
     })
     .await;
-    let address = app.address.trim_start_matches("http://").to_string();
-
     // Connects and sends nothing.
-    let mut silent = TcpStream::connect(&address).await.unwrap();
+    let mut silent = connected(&app, b"").await;
     // Starts a request and stalls mid-headers (a slow-header client).
-    let mut stalled = TcpStream::connect(&address).await.unwrap();
-    stalled
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: baton\r\nX-Slow: ")
-        .await
-        .unwrap();
+    let mut stalled = connected(&app, b"GET /healthz HTTP/1.1\r\nHost: baton\r\nX-Slow: ").await;
     // Sends a whole request, then idles on the kept-alive connection.
-    let mut idle = TcpStream::connect(&address).await.unwrap();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: baton\r\n\r\n")
-        .await
-        .unwrap();
+    let mut idle = connected(&app, HEALTH_REQUEST).await;
 
     assert!(read_until_closed(&mut silent).await.is_empty());
     assert!(read_until_closed(&mut stalled).await.is_empty());
@@ -147,8 +146,7 @@ async fn a_request_slower_than_the_header_deadline_is_answered_on_its_connection
 
 #[tokio::test]
 async fn stopping_closes_idle_kept_alive_connections_at_once() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpStream;
+    use tokio::io::AsyncReadExt;
 
     // Neither the header deadline nor the grace period could close the connection in time:
     // only the drain's closing of idle connections does.
@@ -157,11 +155,7 @@ async fn stopping_closes_idle_kept_alive_connections_at_once() {
         config.server.shutdown_grace_secs = 600;
     })
     .await;
-    let address = app.address.trim_start_matches("http://").to_string();
-    let mut idle = TcpStream::connect(&address).await.unwrap();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: baton\r\n\r\n")
-        .await
-        .unwrap();
+    let mut idle = connected(&app, HEALTH_REQUEST).await;
     let mut head = [0u8; 12];
     idle.read_exact(&mut head).await.unwrap();
     assert_eq!(&head, b"HTTP/1.1 200");

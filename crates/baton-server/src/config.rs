@@ -708,30 +708,21 @@ mod tests {
     #[test]
     fn the_header_deadline_defaults_to_30_seconds_and_zero_turns_it_off() {
         Jail::expect_with(|jail| {
-            let connections = |config: Config| config.api_config().map(|api| api.connections);
-            let config = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(
-                connections(config)
-                    .map_err(|e| e.to_string())?
-                    .header_read_timeout,
-                Some(Duration::from_secs(30))
-            );
-            jail.set_env("BATON_SERVER__HEADER_READ_TIMEOUT_SECS", "5");
-            let config = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(
-                connections(config)
-                    .map_err(|e| e.to_string())?
-                    .header_read_timeout,
-                Some(Duration::from_secs(5))
-            );
-            jail.set_env("BATON_SERVER__HEADER_READ_TIMEOUT_SECS", "0");
-            let config = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(
-                connections(config)
-                    .map_err(|e| e.to_string())?
-                    .header_read_timeout,
-                None
-            );
+            for (variable, expected) in [
+                (None, Some(Duration::from_secs(30))),
+                (Some("5"), Some(Duration::from_secs(5))),
+                (Some("0"), None),
+            ] {
+                if let Some(value) = variable {
+                    jail.set_env("BATON_SERVER__HEADER_READ_TIMEOUT_SECS", value);
+                }
+                let config = Config::load(None).map_err(|e| e.to_string())?;
+                let api = config.api_config().map_err(|e| e.to_string())?;
+                assert_eq!(
+                    api.connections.header_read_timeout, expected,
+                    "{variable:?}"
+                );
+            }
             Ok(())
         });
     }
