@@ -190,7 +190,7 @@ fn install_schemathesis() -> anyhow::Result<PathBuf> {
 
 /// One build for both, so they share one feature resolution (and its cached artifacts).
 fn build_binaries() -> anyhow::Result<()> {
-    let status = Command::new(env!("CARGO"))
+    let status = crate::cargo_command()
         .current_dir(workspace_root())
         .args(["build", "--quiet", "-p", "baton-server", "--bin", "baton"])
         .args(["-p", "baton-testkit", "--bin", "baton-mock"])

@@ -102,6 +102,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     eprintln!("== building {} fuzz target(s)", chosen.len());
     let started = Instant::now();
     let mut build = Command::new(&cargo_fuzz);
+    crate::without_run_variables(&mut build);
     build
         .current_dir(&root)
         .env("PATH", &path)
@@ -196,7 +197,7 @@ fn install(root: &Path) -> anyhow::Result<PathBuf> {
         "== installing cargo-fuzz {CARGO_FUZZ_VERSION} into {}",
         tools.display()
     );
-    let status = Command::new(env!("CARGO"))
+    let status = crate::cargo_command()
         .args([
             "install",
             "cargo-fuzz",
@@ -233,6 +234,7 @@ fn fuzz_one(
     let log = std::fs::File::create(&log_path)?;
 
     let mut command = Command::new(cargo_fuzz);
+    crate::without_run_variables(&mut command);
     command
         .current_dir(root)
         .env("PATH", path)

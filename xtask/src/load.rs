@@ -92,7 +92,7 @@ fn build(profile: &[&str]) -> anyhow::Result<()> {
 
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
     eprintln!("bench: cargo {}", args.join(" "));
-    let status = Command::new(env!("CARGO"))
+    let status = crate::cargo_command()
         .current_dir(workspace_root())
         .args(args)
         .arg("--quiet")

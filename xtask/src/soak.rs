@@ -255,7 +255,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
 fn cargo(args: &[&str]) -> anyhow::Result<()> {
     eprintln!("soak: cargo {}", args.join(" "));
-    let status = Command::new(env!("CARGO"))
+    let status = crate::cargo_command()
         .current_dir(workspace_root())
         .args(args)
         .arg("--quiet")
