@@ -390,9 +390,7 @@ impl ChunkStream {
     }
 
     fn done(&mut self) -> Event {
-        let id = self.next_id;
-        self.next_id += 1;
-        Event::default().id(id.to_string()).data("[DONE]")
+        numbered_event(&mut self.next_id).data("[DONE]")
     }
 
     fn partial(&self) -> InferenceResponse {
@@ -455,11 +453,15 @@ async fn next_or_expired(
 /// The next SSE event of a stream: `data` as JSON, numbered. A free function so a chunk
 /// borrowing the stream's writer can be sent while the counter moves.
 fn sse_event(next_id: &mut u64, data: &impl Serialize) -> Event {
+    // Serialising cannot fail for these types (string keys, no maps of other keys).
+    numbered_event(next_id).data(serde_json::to_string(data).unwrap_or_default())
+}
+
+/// An event carrying the stream's next id.
+fn numbered_event(next_id: &mut u64) -> Event {
     let id = *next_id;
     *next_id += 1;
-    // Serialising cannot fail for these types (string keys, no maps of other keys).
-    let data = serde_json::to_string(data).unwrap_or_default();
-    Event::default().id(id.to_string()).data(data)
+    Event::default().id(id.to_string())
 }
 
 /// Relays upstream deltas as chunks: role chunk, content chunks, final usage chunk, `[DONE]`.
