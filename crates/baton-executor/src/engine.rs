@@ -74,7 +74,7 @@ pub(crate) struct Inner {
     pub(crate) flows: Arc<dyn FlowStore>,
     pub(crate) runs: Arc<dyn RunSink>,
     pub(crate) config: EngineConfig,
-    // Every cache loads through `try_get_with`: concurrent misses of one key (a burst after
+    // Every cache is read through `cached`: concurrent misses of one key (a burst after
     // start-up or an invalidation) wait for one load instead of each reading storage; a failed
     // load is not cached.
     /// Tenant settings read on the hot path; dropped on change (other instances: TTL).
@@ -169,13 +169,10 @@ impl Engine {
 
     /// The tenant's settings, from the cache when fresh.
     pub async fn tenant_settings(&self, tenant: &TenantId) -> ExecutorResult<Arc<TenantSettings>> {
-        self.inner
-            .settings
-            .try_get_with_by_ref(tenant.as_str(), async {
-                Ok::<_, ExecutorError>(Arc::new(self.inner.flows.tenant_settings(tenant).await?))
-            })
-            .await
-            .map_err(Arc::unwrap_or_clone)
+        cached(&self.inner.settings, tenant.as_str(), async {
+            Ok::<_, ExecutorError>(Arc::new(self.inner.flows.tenant_settings(tenant).await?))
+        })
+        .await
     }
 
     /// Drops the cached settings; call after changing them.
@@ -185,15 +182,12 @@ impl Engine {
 
     /// The tenant's routing rules by alias, from the cache when fresh.
     pub async fn routing_rules(&self, tenant: &TenantId) -> ExecutorResult<Arc<RuleSet>> {
-        self.inner
-            .rules
-            .try_get_with_by_ref(tenant.as_str(), async {
-                Ok::<_, ExecutorError>(Arc::new(RuleSet::new(
-                    self.inner.flows.routing_rules(tenant).await?,
-                )))
-            })
-            .await
-            .map_err(Arc::unwrap_or_clone)
+        cached(&self.inner.rules, tenant.as_str(), async {
+            Ok(Arc::new(RuleSet::new(
+                self.inner.flows.routing_rules(tenant).await?,
+            )))
+        })
+        .await
     }
 
     /// Drops the cached routing rules; call after changing them.
@@ -203,13 +197,10 @@ impl Engine {
 
     /// The tenant's budgets, from the cache when fresh.
     pub async fn budgets(&self, tenant: &TenantId) -> ExecutorResult<Arc<Vec<Budget>>> {
-        self.inner
-            .budgets
-            .try_get_with_by_ref(tenant.as_str(), async {
-                Ok::<_, ExecutorError>(Arc::new(self.inner.flows.budgets(tenant).await?))
-            })
-            .await
-            .map_err(Arc::unwrap_or_clone)
+        cached(&self.inner.budgets, tenant.as_str(), async {
+            Ok::<_, ExecutorError>(Arc::new(self.inner.flows.budgets(tenant).await?))
+        })
+        .await
     }
 
     /// Drops the cached budgets; call after changing them.
@@ -223,13 +214,10 @@ impl Engine {
             return Ok(Arc::default());
         }
         let key = format!("{}\u{1f}{}", tenant.as_str(), ids.join("\u{1f}"));
-        self.inner
-            .tools
-            .try_get_with(key, async {
-                Ok::<_, ExecutorError>(Arc::new(self.inner.flows.tools(tenant, ids).await?))
-            })
-            .await
-            .map_err(Arc::unwrap_or_clone)
+        cached(&self.inner.tools, &key, async {
+            Ok(Arc::new(self.inner.flows.tools(tenant, ids).await?))
+        })
+        .await
     }
 
     /// Drops the tenant's cached tool lists; call after creating, changing or deleting a tool.
@@ -254,19 +242,16 @@ impl Engine {
         version_id: &str,
     ) -> ExecutorResult<Arc<CompiledVersion>> {
         let key = format!("{}\u{1f}{version_id}", tenant.as_str());
-        self.inner
-            .versions
-            .try_get_with(key, async {
-                let version = self
-                    .inner
-                    .flows
-                    .version(tenant, flow_id, version_id)
-                    .await?;
-                let library = compile(&version.templates)?;
-                Ok::<_, ExecutorError>(Arc::new(CompiledVersion { version, library }))
-            })
-            .await
-            .map_err(Arc::unwrap_or_clone)
+        cached(&self.inner.versions, &key, async {
+            let version = self
+                .inner
+                .flows
+                .version(tenant, flow_id, version_id)
+                .await?;
+            let library = compile(&version.templates)?;
+            Ok(Arc::new(CompiledVersion { version, library }))
+        })
+        .await
     }
 }
 
@@ -294,6 +279,23 @@ pub fn compile(templates: &[Template]) -> ExecutorResult<Library> {
         };
         ExecutorError::validation(field, format!("template '{name}': {err}"))
     })
+}
+
+/// `key`'s value from `cache`, else `load`ed into it. A hit awaits only moka's `get`; the load
+/// (moka's `try_get_with`: concurrent misses of one key share one load) runs boxed, so its
+/// machinery, ~1.5 KB of future, is not carried by every request's future on every hit
+/// (docs/performance.md, "Smaller futures").
+async fn cached<V: Clone + Send + Sync + 'static>(
+    cache: &Cache<String, V>,
+    key: &str,
+    load: impl Future<Output = ExecutorResult<V>> + Send,
+) -> ExecutorResult<V> {
+    if let Some(value) = cache.get(key).await {
+        return Ok(value);
+    }
+    Box::pin(cache.try_get_with_by_ref(key, load))
+        .await
+        .map_err(Arc::unwrap_or_clone)
 }
 
 #[cfg(test)]
@@ -378,6 +380,9 @@ mod tests {
         };
         let (results, ()) = tokio::join!(readers, opener);
         assert!(results.iter().all(Result::is_ok));
+        assert_eq!(store.loads.load(Ordering::SeqCst), 1);
+        // A hit reads nothing.
+        engine.tenant_settings(&tenant).await.unwrap();
         assert_eq!(store.loads.load(Ordering::SeqCst), 1);
         // Dropped after a change: the next read loads again.
         engine.forget_settings(&tenant).await;

@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::error::ExecutorError;
 use crate::storage::{RunItem, RunSink};
 
-async fn write(writer: &dyn RunSink, record: RunRecord, events: Vec<StoredEvent>) {
+async fn write(writer: &dyn RunSink, record: Box<RunRecord>, events: Vec<StoredEvent>) {
     let tenant = record.tenant.clone();
     // A root run that is finished takes the log lines captured for its request.
     let lines = if record.status != RunStatus::Pending && record.id == record.root_id {
@@ -23,7 +23,7 @@ async fn write(writer: &dyn RunSink, record: RunRecord, events: Vec<StoredEvent>
     } else {
         Vec::new()
     };
-    if let Err(err) = writer.queue(RunItem::Run(Box::new(record))).await {
+    if let Err(err) = writer.queue(RunItem::Run(record)).await {
         tracing::error!(error = %err, "could not queue an invocation log row");
     }
     if let Some(tenant) = tenant.clone().filter(|_| !events.is_empty())
@@ -133,7 +133,10 @@ fn prompt_chars(request: &Value) -> usize {
 pub const CLIENT_DISCONNECTED: &str = "CLIENT_DISCONNECTED";
 
 pub struct RunLog {
-    record: Option<RunRecord>,
+    /// Boxed: the log is moved into and held across the await points of every request's
+    /// future, which would otherwise carry the record's ~700 bytes once per nesting level
+    /// (docs/performance.md, "Smaller futures").
+    record: Option<Box<RunRecord>>,
     /// Lifecycle events written with the run.
     events: Vec<StoredEvent>,
     started: Instant,
@@ -174,7 +177,12 @@ impl RunLog {
         requested_model: String,
     ) -> RunLog {
         RunLog {
-            record: Some(RunRecord::pending(id, tenant, kind, requested_model)),
+            record: Some(Box::new(RunRecord::pending(
+                id,
+                tenant,
+                kind,
+                requested_model,
+            ))),
             events: Vec::new(),
             started: Instant::now(),
             writer,
@@ -183,7 +191,7 @@ impl RunLog {
     }
 
     pub fn record_mut(&mut self) -> Option<&mut RunRecord> {
-        self.record.as_mut()
+        self.record.as_deref_mut()
     }
 
     fn elapsed_ms(&self) -> u64 {
@@ -388,10 +396,7 @@ impl RunLog {
     /// final write replaces the row.
     pub async fn queue_pending(&self) {
         if let Some(record) = &self.record
-            && let Err(err) = self
-                .writer
-                .queue(RunItem::Run(Box::new(record.clone())))
-                .await
+            && let Err(err) = self.writer.queue(RunItem::Run(record.clone())).await
         {
             tracing::warn!(error = %err, "could not queue a pending run row");
         }

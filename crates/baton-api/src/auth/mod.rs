@@ -124,16 +124,32 @@ impl Authenticator {
 
     async fn authenticate_key(&self, token: &str) -> Result<Principal, ApiError> {
         let hash = hash_key(token);
-        // Concurrent first requests with one key read it once; an unknown key is not cached.
-        let cached = self
-            .keys
-            .try_get_with_by_ref(hash.as_str(), async {
+        // A hit awaits only moka's `get`; the load and its database query run boxed, so every
+        // request's future does not carry their ~5 KB (docs/performance.md, "Smaller futures").
+        let cached = match self.keys.get(hash.as_str()).await {
+            Some(cached) => cached,
+            None => Box::pin(self.load_key(&hash)).await?,
+        };
+        self.touch_later(&cached);
+        Ok(Principal {
+            tenant: cached.tenant.clone(),
+            kind: PrincipalKind::ApiKey {
+                key_id: cached.key_id.clone(),
+            },
+        })
+    }
+
+    /// Reads a key that is not cached. Concurrent first requests with one key read it once; an
+    /// unknown key is not cached.
+    async fn load_key(&self, hash: &str) -> Result<Arc<CachedKey>, ApiError> {
+        self.keys
+            .try_get_with_by_ref(hash, async {
                 let owner = self
                     .store
-                    .find_key_owner(&hash)
+                    .find_key_owner(hash)
                     .await?
                     .ok_or_else(invalid_credentials)?;
-                if !hashes_equal(&owner.key_hash, &hash) {
+                if !hashes_equal(&owner.key_hash, hash) {
                     return Err(invalid_credentials());
                 }
                 Ok(Arc::new(CachedKey {
@@ -143,14 +159,7 @@ impl Authenticator {
                 }))
             })
             .await
-            .map_err(Arc::unwrap_or_clone)?;
-        self.touch_later(&cached);
-        Ok(Principal {
-            tenant: cached.tenant.clone(),
-            kind: PrincipalKind::ApiKey {
-                key_id: cached.key_id.clone(),
-            },
-        })
+            .map_err(Arc::unwrap_or_clone)
     }
 
     /// Records `lastUsedAt` off the request path, at most once a minute per key.
