@@ -65,6 +65,13 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         // This is the optimised xtask the debug one started, from the same `--profile`.
         target_dir().join(&options.profile)
     };
+    if options.pgo {
+        ensure!(
+            crate::pgo::baton_path().exists(),
+            "--pgo: no {}; `cargo xtask pgo` builds it",
+            crate::pgo::baton_path().display()
+        );
+    }
     let pinning = Pinning::plan(&procs::allowed_cpus());
     // Before the runtime starts, so every thread of the driver inherits the CPU set.
     if let Some(cpus) = &pinning.driver {
@@ -193,6 +200,11 @@ async fn run_one(
             ))
             .chain(ctx.options.baton_env.iter().cloned())
             .collect(),
+            program: if ctx.options.pgo {
+                crate::pgo::baton_path()
+            } else {
+                bins.join("baton")
+            },
             ..BatonSpec::new(bins, &dir.0, mock_addr, database_url)
         })
     };

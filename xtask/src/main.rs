@@ -5,6 +5,7 @@ use std::process::{Command, ExitCode};
 mod conformance;
 mod fuzz;
 mod load;
+mod pgo;
 mod soak;
 
 fn main() -> ExitCode {
@@ -19,9 +20,10 @@ fn main() -> ExitCode {
         Some("conformance") => conformance::run(&args[1..]),
         Some("fuzz") => fuzz::run(&args[1..]),
         Some("soak") => soak::run(&args[1..]),
+        Some("pgo") => pgo::run(&args[1..]),
         _ => {
             eprintln!(
-                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [OPTIONS] load-test Baton (and --peer litellm) against the fast mock;\n                      --smoke for CI, --help for the options (docs/benchmarks.md)\n  bench instructions [--requests N] [--warm-up N] [--gateways sqlite,nolog]\n                      instructions per request under callgrind (needs valgrind)\n  conformance [--max-examples N] [--seed S] [-- SCHEMATHESIS ARGS]\n                      schemathesis against the running service (docs/reliability.md)\n  fuzz [--seconds N] [--dev] [TARGET...]\n                      run the fuzz targets N seconds each (default 60; --dev: unoptimised\n                      build, as CI runs it; docs/reliability.md)\n  soak [--smoke] [--duration S] [--rate R]\n                      soak the real binary with a mixed load; nothing may be lost (docs/reliability.md)"
+                "usage: cargo xtask <task>\n\ntasks:\n  openapi [--check]   write docs/openapi.json (or check it is current)\n  bench [ARGS]        run the benchmarks; ARGS go to `cargo bench` (e.g. -- render_10kb)\n  bench load [OPTIONS] load-test Baton (and --peer litellm) against the fast mock;\n                      --smoke for CI, --help for the options (docs/benchmarks.md)\n  bench instructions [--requests N] [--warm-up N] [--gateways sqlite,nolog]\n                      instructions per request under callgrind (needs valgrind)\n  conformance [--max-examples N] [--seed S] [-- SCHEMATHESIS ARGS]\n                      schemathesis against the running service (docs/reliability.md)\n  fuzz [--seconds N] [--dev] [TARGET...]\n                      run the fuzz targets N seconds each (default 60; --dev: unoptimised\n                      build, as CI runs it; docs/reliability.md)\n  soak [--smoke] [--duration S] [--rate R]\n                      soak the real binary with a mixed load; nothing may be lost (docs/reliability.md)\n  pgo [--requests N]  a profile-guided `baton` in target/pgo/baton, trained on the bench's load\n                      (docs/performance.md, \"Profile-guided build\")"
             );
             return ExitCode::FAILURE;
         }

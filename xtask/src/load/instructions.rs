@@ -25,7 +25,7 @@ use super::procs::{self, BatonSpec, TempDir};
 use super::{baton_target, build, target_dir};
 
 const USAGE: &str = "usage: cargo xtask bench instructions [--requests N] [--warm-up N] \
-                     [--gateways sqlite,nolog]";
+                     [--gateways sqlite,nolog] [--pgo]";
 
 /// Runs per log batch (the default's size), given a minute to fill.
 const LOG_BATCH: u64 = 256;
@@ -35,6 +35,8 @@ struct Options {
     warm_up: u64,
     /// Invocation log on (`sqlite`) and/or off (`nolog`).
     logged: Vec<bool>,
+    /// Count the profile-guided `baton` of `cargo xtask pgo` instead of the release build's.
+    pgo: bool,
 }
 
 impl Options {
@@ -46,6 +48,7 @@ impl Options {
             requests: 4 * LOG_BATCH,
             warm_up: 2 * LOG_BATCH,
             logged: vec![true, false],
+            pgo: false,
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
@@ -66,6 +69,7 @@ impl Options {
                         })
                         .collect::<anyhow::Result<_>>()?;
                 }
+                "--pgo" => options.pgo = true,
                 "--help" | "-h" => bail!("{USAGE}"),
                 other => bail!("unknown option {other:?}\n{USAGE}"),
             }
@@ -102,6 +106,16 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
 async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Result<Value> {
     let (_mock, mock_addr) = procs::start_mock(bins, &procs::bench_mock_args(0), None)?;
+    let program = if options.pgo {
+        crate::pgo::baton_path()
+    } else {
+        bins.join("baton")
+    };
+    ensure!(
+        program.exists(),
+        "no {} (`cargo xtask pgo` builds the profile-guided one)",
+        program.display()
+    );
     let mut results = Vec::new();
     for &logged in &options.logged {
         let name = if logged {
@@ -111,16 +125,15 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
         };
         eprintln!("bench: {name}: warm-up only, under callgrind");
         let keep = |run: &str| bench_dir.join(format!("instructions-{name}-{run}.callgrind"));
-        let base = count(bins, &mock_addr, logged, options.warm_up, &keep("warm-up")).await?;
-        eprintln!("bench: {name}: warm-up and {} requests", options.requests);
-        let total = count(
+        let run = Run {
             bins,
-            &mock_addr,
+            program: &program,
+            mock_addr: &mock_addr,
             logged,
-            options.warm_up + options.requests,
-            &keep("requests"),
-        )
-        .await?;
+        };
+        let base = count(&run, options.warm_up, &keep("warm-up")).await?;
+        eprintln!("bench: {name}: warm-up and {} requests", options.requests);
+        let total = count(&run, options.warm_up + options.requests, &keep("requests")).await?;
         let per_request = total.saturating_sub(base) as f64 / options.requests as f64;
         eprintln!("bench: {name}: {per_request:.0} instructions per request");
         results.push(json!({
@@ -134,24 +147,28 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
     Ok(json!({
         "requests": options.requests,
         "warm_up": options.warm_up,
+        "pgo": options.pgo,
         "results": results,
     }))
 }
 
+/// One configuration to count: which `baton`, with the log on or off, against which mock.
+struct Run<'a> {
+    bins: &'a Path,
+    program: &'a Path,
+    mock_addr: &'a str,
+    logged: bool,
+}
+
 /// Every instruction Baton runs from start to exit, with `requests` requests sent in between;
 /// callgrind's file is kept at `keep` (for `callgrind_annotate`, per function).
-async fn count(
-    bins: &Path,
-    mock_addr: &str,
-    logged: bool,
-    requests: u64,
-    keep: &Path,
-) -> anyhow::Result<u64> {
+async fn count(run: &Run<'_>, requests: u64, keep: &Path) -> anyhow::Result<u64> {
     let dir = TempDir::new("instructions")?;
     let output = dir.0.join("callgrind.out");
     let database = format!("sqlite://{}", dir.0.join("baton.db").display());
     let (baton, address) = procs::start_baton(&BatonSpec {
-        invocation_log: logged,
+        program: run.program.to_path_buf(),
+        invocation_log: run.logged,
         wrapper: vec![
             "valgrind".into(),
             "--tool=callgrind".into(),
@@ -171,7 +188,7 @@ async fn count(
                 "60000".into(),
             ),
         ],
-        ..BatonSpec::new(bins, &dir.0, mock_addr, &database)
+        ..BatonSpec::new(run.bins, &dir.0, run.mock_addr, &database)
     })?;
     let target = baton_target(&address);
     let outcome = driver::sequential(&target, None, Some(requests)).await?;

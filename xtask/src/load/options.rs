@@ -8,7 +8,7 @@ pub const USAGE: &str =
     "usage: cargo xtask bench load [--smoke] [--duration SECS] [--sweep-duration SECS]
     [--rates N,N] [--sweep N,N,...] [--concurrency N] [--streams N] [--concurrent-streams N]
     [--mock-delay-ms MS] [--gateways sqlite,postgres,nolog,floor] [--peer litellm] [--postgres-url URL]
-    [--baton-env KEY=VALUE]... [--profile NAME]";
+    [--baton-env KEY=VALUE]... [--profile NAME] [--pgo]";
 
 /// One way of serving the scenarios besides the direct path to the mock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +74,9 @@ pub struct Options {
     /// The Cargo profile Baton, the mock and the driver are built with (`--profile`): `release`
     /// for recorded figures, a quicker one to link (`release-check`: no LTO) for A/B runs.
     pub profile: String,
+    /// Measure the profile-guided `baton` of `cargo xtask pgo` (`target/pgo/baton`) instead of
+    /// the profile's.
+    pub pgo: bool,
 }
 
 impl Options {
@@ -94,6 +97,7 @@ impl Options {
                 postgres_url: DEFAULT_POSTGRES_URL.into(),
                 baton_env: Vec::new(),
                 profile: DEFAULT_PROFILE.into(),
+                pgo: false,
             }
         } else {
             Options {
@@ -110,6 +114,7 @@ impl Options {
                 postgres_url: DEFAULT_POSTGRES_URL.into(),
                 baton_env: Vec::new(),
                 profile: DEFAULT_PROFILE.into(),
+                pgo: false,
             }
         };
         let mut peer = false;
@@ -140,6 +145,7 @@ impl Options {
                 },
                 "--postgres-url" => options.postgres_url = value()?.to_string(),
                 "--profile" => options.profile = profile(value()?)?,
+                "--pgo" => options.pgo = true,
                 "--baton-env" => {
                     let pair = value()?;
                     let (key, value) = pair
@@ -154,6 +160,10 @@ impl Options {
         ensure!(
             options.rates.iter().chain(&options.sweep).all(|&r| r > 0),
             "rates must be at least 1"
+        );
+        ensure!(
+            !(options.pgo && options.smoke),
+            "--pgo measures an optimised build; --smoke runs the dev builds"
         );
         if peer {
             options.gateways.push(Gateway::LiteLlm);
@@ -260,6 +270,9 @@ mod tests {
         assert_eq!(default.profile, "release");
         let quick = parse(&["--profile", "release-check"]).unwrap();
         assert_eq!(quick.profile, "release-check");
+        assert!(!default.pgo);
+        assert!(parse(&["--pgo"]).unwrap().pgo);
+        assert!(parse(&["--smoke", "--pgo"]).is_err());
         let env = parse(&[
             "--baton-env",
             "BATON_INVOCATION_LOG__BATCH_MAX_RUNS=32",

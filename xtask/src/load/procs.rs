@@ -153,11 +153,13 @@ pub fn long_stream_base(mock_addr: &str) -> String {
 
 /// How to start Baton: [`start_baton`].
 pub struct BatonSpec<'a> {
-    pub bins: &'a Path,
     /// Its working directory.
     pub dir: &'a Path,
     pub mock_addr: &'a str,
     pub database_url: &'a str,
+    /// The `baton` binary: the one among the bench's binaries unless another build is
+    /// measured (`--pgo`).
+    pub program: PathBuf,
     /// The bootstrap API key (`BATON_BOOTSTRAP_API_KEY`).
     pub key: &'a str,
     pub invocation_log: bool,
@@ -181,10 +183,10 @@ impl<'a> BatonSpec<'a> {
         database_url: &'a str,
     ) -> BatonSpec<'a> {
         BatonSpec {
-            bins,
             dir,
             mock_addr,
             database_url,
+            program: bins.join("baton"),
             key: BOOTSTRAP_KEY,
             invocation_log: true,
             cpus: None,
@@ -203,10 +205,10 @@ pub fn start_baton(spec: &BatonSpec<'_>) -> anyhow::Result<(Guarded, String)> {
     let mut command = match spec.wrapper.split_first() {
         Some((program, args)) => {
             let mut command = Command::new(program);
-            command.args(args).arg(spec.bins.join("baton"));
+            command.args(args).arg(&spec.program);
             command
         }
-        None => pinned(&spec.bins.join("baton"), spec.cpus),
+        None => pinned(&spec.program, spec.cpus),
     };
     command
         .args(["serve", "--bind", "127.0.0.1:0"])

@@ -36,6 +36,8 @@ pub fn assemble(
             "mock_delay_ms": options.mock_delay_ms,
             // A smoke run uses the dev builds of `cargo test`, whatever the option says.
             "profile": if options.smoke { "dev" } else { options.profile.as_str() },
+            // Baton's binary: the profile's, or the profile-guided one (`cargo xtask pgo`).
+            "pgo": options.pgo,
         },
         "elapsed_secs": elapsed.as_secs(),
         "direct": baseline.json(),
