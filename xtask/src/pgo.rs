@@ -63,29 +63,17 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
     eprintln!("pgo: building the mock and the instrumented baton");
     cargo_build(&["-p", "baton-testkit", "--bin", "baton-mock"], None, None)?;
-    let instrumented = dir.join("instrumented");
-    cargo_build(
-        &[
-            "-p",
-            "baton-server",
-            "--bin",
-            "baton",
-            "--target",
-            &rustc.host,
-        ],
-        Some(&instrumented),
-        Some(&format!("-Cprofile-generate={}", raw.display())),
+    let instrumented = build_baton(
+        &rustc.host,
+        &dir.join("instrumented"),
+        &format!("-Cprofile-generate={}", raw.display()),
     )?;
 
     eprintln!("pgo: training ({requests} requests a configuration)");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(train(
-        &instrumented.join(&rustc.host).join("release").join("baton"),
-        &raw,
-        requests,
-    ))?;
+    runtime.block_on(train(&instrumented, &raw, requests))?;
 
     let merged = dir.join("baton.profdata");
     let mut profiles: Vec<PathBuf> = std::fs::read_dir(&raw)?
@@ -108,20 +96,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     ensure!(status.success(), "llvm-profdata merge failed");
 
     eprintln!("pgo: building baton with the profile");
-    let optimized = dir.join("optimized");
-    cargo_build(
-        &[
-            "-p",
-            "baton-server",
-            "--bin",
-            "baton",
-            "--target",
-            &rustc.host,
-        ],
-        Some(&optimized),
-        Some(&format!("-Cprofile-use={}", merged.display())),
+    let built = build_baton(
+        &rustc.host,
+        &dir.join("optimized"),
+        &format!("-Cprofile-use={}", merged.display()),
     )?;
-    let built = optimized.join(&rustc.host).join("release").join("baton");
     std::fs::copy(&built, baton_path())
         .with_context(|| format!("copying {} to {}", built.display(), baton_path().display()))?;
     eprintln!("pgo: wrote {}", baton_path().display());
@@ -218,6 +197,16 @@ fn llvm_profdata(major: u32) -> anyhow::Result<PathBuf> {
         .into_iter()
         .find(of_major)
         .with_context(|| format!("{package} installed no llvm-profdata of LLVM {major}"))
+}
+
+/// `baton` built for `host` into `target_dir` with `rustflags`; the binary's path.
+fn build_baton(host: &str, target_dir: &Path, rustflags: &str) -> anyhow::Result<PathBuf> {
+    cargo_build(
+        &["-p", "baton-server", "--bin", "baton", "--target", host],
+        Some(target_dir),
+        Some(rustflags),
+    )?;
+    Ok(target_dir.join(host).join("release").join("baton"))
 }
 
 /// `cargo build --release` of `package_args`, into `target_dir` when given, with `rustflags`
