@@ -170,7 +170,7 @@ impl Engine {
     /// The tenant's settings, from the cache when fresh.
     pub async fn tenant_settings(&self, tenant: &TenantId) -> ExecutorResult<Arc<TenantSettings>> {
         cached(&self.inner.settings, tenant.as_str(), async {
-            Ok::<_, ExecutorError>(Arc::new(self.inner.flows.tenant_settings(tenant).await?))
+            Ok(Arc::new(self.inner.flows.tenant_settings(tenant).await?))
         })
         .await
     }
@@ -198,7 +198,7 @@ impl Engine {
     /// The tenant's budgets, from the cache when fresh.
     pub async fn budgets(&self, tenant: &TenantId) -> ExecutorResult<Arc<Vec<Budget>>> {
         cached(&self.inner.budgets, tenant.as_str(), async {
-            Ok::<_, ExecutorError>(Arc::new(self.inner.flows.budgets(tenant).await?))
+            Ok(Arc::new(self.inner.flows.budgets(tenant).await?))
         })
         .await
     }
