@@ -566,7 +566,9 @@ async fn runs_in_their_tool_call(
         })
         .collect();
     let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
-    for _ in 0..400 {
+    // Up to 30 s: a hang detector, not a speed check (10 s once ran out on PostgreSQL with a
+    // fat-LTO build sharing the two CPUs).
+    for _ in 0..1_200 {
         let pending = s
             .app
             .store
