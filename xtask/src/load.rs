@@ -65,13 +65,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         // This is the optimised xtask the debug one started, from the same `--profile`.
         target_dir().join(&options.profile)
     };
-    if options.pgo {
-        ensure!(
-            crate::pgo::baton_path().exists(),
-            "--pgo: no {}; `cargo xtask pgo` builds it",
-            crate::pgo::baton_path().display()
-        );
-    }
+    let baton = crate::pgo::measured_baton(options.pgo, &bins)?;
     let pinning = Pinning::plan(&procs::allowed_cpus());
     // Before the runtime starts, so every thread of the driver inherits the CPU set.
     if let Some(cpus) = &pinning.driver {
@@ -80,7 +74,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(drive(options, bins, pinning))
+    runtime.block_on(drive(options, bins, baton, pinning))
 }
 
 /// Separate builds, not one: building packages together unifies their features and would
@@ -108,7 +102,12 @@ fn cargo(args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn drive(options: Options, bins: PathBuf, pinning: Pinning) -> anyhow::Result<()> {
+async fn drive(
+    options: Options,
+    bins: PathBuf,
+    baton: PathBuf,
+    pinning: Pinning,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let bench_dir = target_dir().join("bench");
     std::fs::create_dir_all(&bench_dir)?;
@@ -134,6 +133,7 @@ async fn drive(options: Options, bins: PathBuf, pinning: Pinning) -> anyhow::Res
         clock_ticks: procs::clock_ticks_per_second(),
         direct,
         baseline,
+        baton,
     };
 
     let mut paths = Vec::new();
@@ -200,11 +200,7 @@ async fn run_one(
             ))
             .chain(ctx.options.baton_env.iter().cloned())
             .collect(),
-            program: if ctx.options.pgo {
-                crate::pgo::baton_path()
-            } else {
-                bins.join("baton")
-            },
+            program: ctx.baton.clone(),
             ..BatonSpec::new(bins, &dir.0, mock_addr, database_url)
         })
     };

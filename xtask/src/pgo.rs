@@ -35,6 +35,22 @@ pub(crate) fn baton_path() -> PathBuf {
     target_dir().join("pgo").join("baton")
 }
 
+/// The `baton` a benchmark measures: the profile-guided one when `pgo`, else the one among
+/// `bins`; an error when it has not been built.
+pub(crate) fn measured_baton(pgo: bool, bins: &Path) -> anyhow::Result<PathBuf> {
+    let program = if pgo {
+        baton_path()
+    } else {
+        bins.join("baton")
+    };
+    ensure!(
+        program.exists(),
+        "no {} (`cargo xtask pgo` builds the profile-guided one)",
+        program.display()
+    );
+    Ok(program)
+}
+
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let mut requests: u64 = 3_000;
     let mut args = args.iter();

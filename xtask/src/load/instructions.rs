@@ -106,16 +106,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 
 async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Result<Value> {
     let (_mock, mock_addr) = procs::start_mock(bins, &procs::bench_mock_args(0), None)?;
-    let program = if options.pgo {
-        crate::pgo::baton_path()
-    } else {
-        bins.join("baton")
-    };
-    ensure!(
-        program.exists(),
-        "no {} (`cargo xtask pgo` builds the profile-guided one)",
-        program.display()
-    );
+    let program = crate::pgo::measured_baton(options.pgo, bins)?;
     let mut results = Vec::new();
     for &logged in &options.logged {
         let name = if logged {

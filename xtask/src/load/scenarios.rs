@@ -2,6 +2,7 @@
 //! gateway, each gateway figure next to the direct one it is compared with.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -27,6 +28,8 @@ pub struct Context {
     pub clock_ticks: u64,
     pub direct: Target,
     pub baseline: Baseline,
+    /// The `baton` binary the Baton gateways run (`--pgo`: the profile-guided one).
+    pub baton: PathBuf,
 }
 
 /// The direct figures: fixed rates (and sweep steps) are measured on first use and kept.
