@@ -1,14 +1,16 @@
 //! Per-request context: the request id, error rendering and the one log line per error.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::ApiError;
+use crate::metrics::{Metrics, RequestTimer};
 
 pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -16,9 +18,14 @@ pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 #[derive(Debug, Clone)]
 pub struct RequestId(pub String);
 
-/// Outermost middleware: gives every request an id, returns it in `X-Request-Id`, renders any
-/// error into the DESIGN.md body and logs it once.
-pub async fn request_context(mut request: Request, next: Next) -> Response {
+/// Outermost middleware: gives every request an id, returns it in `X-Request-Id`, counts and
+/// times it in `metrics`, renders any error into the DESIGN.md body and logs it once.
+pub async fn request_context(
+    State(metrics): State<Arc<Metrics>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let timer = RequestTimer::start(&request);
     // Ids are always made here: a client-chosen id could collide with a stored run's id.
     let request_id = uuid::Uuid::now_v7().to_string();
     request
@@ -28,6 +35,7 @@ pub async fn request_context(mut request: Request, next: Next) -> Response {
     let path = request.uri().path().to_string();
 
     let mut response = next.run(request).await;
+    timer.finish(&metrics, &response);
 
     if let Some(error) = response.extensions_mut().remove::<ApiError>() {
         log_error(&error, &method, &path, &request_id);

@@ -49,16 +49,11 @@ use crate::routes::openapi::{ApiDoc, OpenApiJson};
 
 /// Builds the whole application: routes, auth, and the layers every request passes through.
 pub fn build_router(state: AppState) -> Router {
-    // Shedding runs first: refusing must stay cheap when the machine has no time to spare.
-    let protected = routes::protected_routes()
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            auth::require_auth,
-        ))
-        .route_layer(middleware::from_fn_with_state(
-            state.overload.clone(),
-            overload::shed,
-        ));
+    // Sheds load, then authenticates.
+    let protected = routes::protected_routes().route_layer(middleware::from_fn_with_state(
+        state.clone(),
+        auth::require_auth,
+    ));
     let (router, api) = OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(routes::public_routes())
         .merge(protected)
@@ -75,7 +70,7 @@ pub fn build_router(state: AppState) -> Router {
 }
 
 /// The layers every request passes through, outermost first: sensitive-header marking, request
-/// context (id, error rendering, logging), metrics, tracing, panic catching, timeout, body limit.
+/// context (id, metrics, error rendering, logging), tracing, panic catching, timeout, body limit.
 pub(crate) fn with_request_layers(
     router: Router,
     config: &ApiConfig,
@@ -88,8 +83,7 @@ pub(crate) fn with_request_layers(
                 header::COOKIE,
                 HeaderName::from_static("x-baton-callback-token"),
             ]))
-            .layer(middleware::from_fn(context::request_context))
-            .layer(middleware::from_fn_with_state(metrics, metrics::track))
+            .layer(middleware::from_fn_with_state(metrics, context::request_context))
             .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
                 let request_id = request.extensions().get::<RequestId>().map(|r| r.0.as_str()).unwrap_or("");
                 tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)

@@ -16,8 +16,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use axum::extract::{Request, State};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use baton_store::runs::RunWriter;
 use tokio::time::Instant;
@@ -175,15 +173,17 @@ async fn probe_loop(overload: Weak<Overload>, probe: usize, log: Option<RunWrite
     }
 }
 
-/// Refuses the request with 503 `OVERLOADED` while Baton is overloaded (see the module docs).
-pub async fn shed(State(overload): State<Arc<Overload>>, request: Request, next: Next) -> Response {
-    if overload.is_shedding() {
-        return ApiError::Overloaded {
-            retry_after: overload.config.retry_after(),
-        }
-        .into_response();
+impl Overload {
+    /// The 503 `OVERLOADED` answer while Baton is overloaded (see the module docs); checked first
+    /// on every API request (`auth::require_auth`), so refusing stays cheap.
+    pub fn refusal(&self) -> Option<Response> {
+        self.is_shedding().then(|| {
+            ApiError::Overloaded {
+                retry_after: self.config.retry_after(),
+            }
+            .into_response()
+        })
     }
-    next.run(request).await
 }
 
 #[cfg(test)]

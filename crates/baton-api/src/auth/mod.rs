@@ -194,12 +194,18 @@ fn invalid_credentials() -> ApiError {
     ApiError::Unauthorized("invalid, expired or revoked API key or token".into())
 }
 
-/// Middleware on every protected route: authenticates and stores the [`Principal`].
+/// Middleware on every protected route: refuses the request while Baton is overloaded, then
+/// authenticates and stores the [`Principal`]. One layer for both: each layer costs every
+/// request a boxed future and a clone of the route's service.
 pub async fn require_auth(
     State(state): State<AppState>,
     mut request: Request,
     next: Next,
 ) -> Response {
+    // Shedding first: refusing must stay cheap when the machine has no time to spare.
+    if let Some(refusal) = state.overload.refusal() {
+        return refusal;
+    }
     match state
         .auth
         .authenticate(request.headers().get(AUTHORIZATION))
