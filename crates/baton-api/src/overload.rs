@@ -12,12 +12,13 @@
 //! A fixed cap on requests in flight would be the wrong tool: a model call takes seconds, so
 //! thousands in flight is a normal day, while a few hundred CPU-bound ones can be too many.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use axum::response::{IntoResponse, Response};
 use baton_store::runs::RunWriter;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::ApiError;
@@ -60,6 +61,16 @@ impl Default for OverloadConfig {
 /// enough to cost nothing measurable.
 const PROBE_PERIOD: Duration = Duration::from_millis(20);
 
+/// Measurements without an API request arriving after which a probe parks until one does.
+/// An idle server's probes would otherwise wake each runtime 50 times a second (about 6 ms
+/// of CPU a second on this two-vCPU VM, each wake-up a halted vCPU's); a queue forms only
+/// where requests arrive, and one second of silence is far longer than any shedding interval
+/// needs to see a queue that is still being fed.
+const IDLE_TICKS_BEFORE_PARKING: u32 = 50;
+
+/// Probes that can park; a probe past this count measures on, idle or not.
+const PARKING_PROBES: usize = 64;
+
 /// The shedding state, read by every API request and written by the probes.
 #[derive(Debug)]
 pub struct Overload {
@@ -69,6 +80,22 @@ pub struct Overload {
     last_delay_micros: AtomicU64,
     /// Each probe's latest reading; a probe's place is its index.
     probes: Mutex<Vec<ProbeReading>>,
+    /// Per probe: an API request arrived since it last looked. Set by requests only when
+    /// clear, so a busy server's requests only read them.
+    arrivals: [AtomicBool; PARKING_PROBES],
+    /// How many probes have been started (the first [`PARKING_PROBES`] have an arrival flag).
+    probe_count: AtomicUsize,
+    /// Wakes parked probes; shared with them so a parked probe holds no `Overload` (its drop
+    /// wakes them to end).
+    wake: Arc<Notify>,
+    /// Measurements taken, by every probe.
+    ticks: AtomicU64,
+}
+
+impl Drop for Overload {
+    fn drop(&mut self) {
+        self.wake.notify_waiters();
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -85,7 +112,40 @@ impl Overload {
             shedding: AtomicBool::new(false),
             last_delay_micros: AtomicU64::new(0),
             probes: Mutex::new(Vec::new()),
+            arrivals: std::array::from_fn(|_| AtomicBool::new(false)),
+            probe_count: AtomicUsize::new(0),
+            wake: Arc::new(Notify::new()),
+            ticks: AtomicU64::new(0),
         })
+    }
+
+    /// Called for every API request: marks the arrival for each probe that has not seen one
+    /// since it last looked, and wakes parked probes.
+    pub fn note_arrival(&self) {
+        let probes = self.probe_count.load(Ordering::Relaxed).min(PARKING_PROBES);
+        let mut woke = false;
+        for flag in &self.arrivals[..probes] {
+            if !flag.load(Ordering::Relaxed) {
+                flag.store(true, Ordering::Relaxed);
+                woke = true;
+            }
+        }
+        if woke {
+            self.wake.notify_waiters();
+        }
+    }
+
+    /// Whether a request arrived since probe `probe` last asked (a probe without a flag
+    /// always hears yes).
+    fn take_arrival(&self, probe: usize) -> bool {
+        self.arrivals
+            .get(probe)
+            .is_none_or(|flag| flag.swap(false, Ordering::Relaxed))
+    }
+
+    /// How many measurements the probes have taken.
+    pub fn probe_ticks(&self) -> u64 {
+        self.ticks.load(Ordering::Relaxed)
     }
 
     /// Whether new API requests are being refused.
@@ -148,7 +208,13 @@ impl Overload {
             probes.push(ProbeReading::default());
             probes.len() - 1
         };
-        tokio::spawn(probe_loop(Arc::downgrade(self), probe, log));
+        self.probe_count.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(probe_loop(
+            Arc::downgrade(self),
+            self.wake.clone(),
+            probe,
+            log,
+        ));
     }
 
     fn probes(&self) -> std::sync::MutexGuard<'_, Vec<ProbeReading>> {
@@ -158,18 +224,43 @@ impl Overload {
     }
 }
 
-async fn probe_loop(overload: Weak<Overload>, probe: usize, log: Option<RunWriter>) {
+async fn probe_loop(
+    overload: Weak<Overload>,
+    wake: Arc<Notify>,
+    probe: usize,
+    log: Option<RunWriter>,
+) {
     let mut due = Instant::now() + PROBE_PERIOD;
+    let mut idle_ticks = 0;
     loop {
         tokio::time::sleep_until(due).await;
         let now = Instant::now();
-        let Some(overload) = overload.upgrade() else {
+        let Some(state) = overload.upgrade() else {
             return;
         };
         let scheduling = now.saturating_duration_since(due);
         let log_wait = log.as_ref().map_or(Duration::ZERO, RunWriter::longest_wait);
-        overload.observe(probe, scheduling.max(log_wait), now);
-        due = now + PROBE_PERIOD;
+        state.observe(probe, scheduling.max(log_wait), now);
+        state.ticks.fetch_add(1, Ordering::Relaxed);
+        idle_ticks = if state.take_arrival(probe) {
+            0
+        } else {
+            idle_ticks + 1
+        };
+        if idle_ticks >= IDLE_TICKS_BEFORE_PARKING {
+            // Registered before the last look, so an arrival between the two still wakes it.
+            let arrived = wake.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            if !state.take_arrival(probe) {
+                // Idle is no queue: a parked probe must not keep shedding on.
+                state.observe(probe, Duration::ZERO, now);
+                drop(state);
+                arrived.await;
+            }
+            idle_ticks = 0;
+        }
+        due = Instant::now() + PROBE_PERIOD;
     }
 }
 
@@ -248,6 +339,45 @@ mod tests {
             assert!(!overload.observe(0, Duration::from_secs(5), start + step * 100 * MS));
         }
         assert_eq!(overload.queue_delay(), Duration::from_secs(5));
+    }
+
+    #[tokio::test(flavor = "current_thread", start_paused = true)]
+    async fn an_idle_servers_probe_parks_until_a_request_arrives() {
+        let overload = overload();
+        overload.spawn_probe(None);
+        // Requests keep it measuring.
+        for _ in 0..100 {
+            overload.note_arrival();
+            tokio::time::sleep(10 * MS).await;
+        }
+        let busy = overload.probe_ticks();
+        assert!(
+            (45..=55).contains(&busy),
+            "{busy} measurements in a busy second"
+        );
+        // A second without one, and it stops.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let parked = overload.probe_ticks();
+        assert!(
+            parked - busy <= 52,
+            "{} measurements after the last request",
+            parked - busy
+        );
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        assert_eq!(overload.probe_ticks(), parked, "a parked probe measured");
+        // The next request wakes it.
+        overload.note_arrival();
+        tokio::time::sleep(100 * MS).await;
+        let woken = overload.probe_ticks() - parked;
+        assert!(
+            (4..=6).contains(&woken),
+            "{woken} measurements after a request"
+        );
+        // Dropping the state ends a parked probe's task.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let weak = Arc::downgrade(&overload);
+        drop(overload);
+        assert!(weak.upgrade().is_none(), "a parked probe kept the state");
     }
 
     #[tokio::test(flavor = "current_thread")]

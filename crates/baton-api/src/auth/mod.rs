@@ -203,6 +203,7 @@ pub async fn require_auth(
     next: Next,
 ) -> Response {
     // Shedding first: refusing must stay cheap when the machine has no time to spare.
+    state.overload.note_arrival();
     if let Some(refusal) = state.overload.refusal() {
         return refusal;
     }
