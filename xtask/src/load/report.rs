@@ -91,18 +91,24 @@ fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
             k1.map_or("not run".into(), |v| format!("{v} us")),
             k1.map(|v| v <= 1000),
         ));
-        let (cpu, phase) = match at_rate(g, 1000) {
-            Some(p) => (p["cpu_us_per_request"].as_f64(), "1,000 RPS"),
-            None => (
-                g["concurrency"]["cpu_us_per_request"].as_f64(),
-                "closed loop",
-            ),
-        };
+        // Two readings of one target: in the closed loop (the condition of LiteLLM's ~16 ms
+        // anchor, concurrency 50) requests share wake-ups; at a fixed 1,000 RPS nearly every
+        // request wakes the process on its own, and on a VM each wake-up costs a halted vCPU's.
+        let closed = g["concurrency"]["cpu_us_per_request"].as_f64();
         out.push(target(
             g,
-            "CPU per request <= 150 us",
-            cpu.map_or("n/a".into(), |v| format!("{v:.0} us ({phase})")),
-            cpu.map(|v| v <= 150.0),
+            "CPU per request <= 150 us (closed loop, as LiteLLM's anchor)",
+            closed.map_or("n/a".into(), |v| {
+                format!("{v:.0} us (concurrency {})", options.concurrency)
+            }),
+            closed.map(|v| v <= 150.0),
+        ));
+        let open = at_rate(g, 1000).and_then(|p| p["cpu_us_per_request"].as_f64());
+        out.push(target(
+            g,
+            "CPU per request <= 150 us at 1,000 RPS",
+            open.map_or("not run".into(), |v| format!("{v:.0} us")),
+            open.map(|v| v <= 150.0),
         ));
         let idle = g["rss_kb"]["idle"].as_f64().unwrap_or(0.0) / 1024.0;
         out.push(target(
