@@ -26,6 +26,7 @@ use axum::http::{HeaderName, StatusCode, header};
 use axum::{Extension, middleware};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
 use tower_http::trace::TraceLayer;
@@ -87,7 +88,7 @@ pub(crate) fn with_request_layers(
             .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
                 let request_id = request.extensions().get::<RequestId>().map(|r| r.0.as_str()).unwrap_or("");
                 tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
-            }))
+            }).on_failure(body_failed))
             .layer(CatchPanicLayer::custom(context::panic_response))
             // A backstop only: the executor ends its calls at `request_timeout` itself (504
             // `PROVIDER_TIMEOUT`, the run logged). Firing at the same instant, this layer won the
@@ -96,6 +97,15 @@ pub(crate) fn with_request_layers(
             .layer(DefaultBodyLimit::max(config.max_body_bytes))
             .layer(Extension(extract::BodyLimit(config.max_body_bytes))),
     )
+}
+
+/// tower-http's failure hook, for what the request context cannot see: a response body that
+/// failed after its head was sent. An error status is logged once, by the request context,
+/// with its code (tower-http's default logged it a second time).
+fn body_failed(failure: ServerErrorsFailureClass, latency: std::time::Duration, _: &tracing::Span) {
+    if let ServerErrorsFailureClass::Error(error) = failure {
+        tracing::error!(%error, latency_ms = latency.as_millis(), "response body failed");
+    }
 }
 
 #[cfg(test)]
@@ -154,6 +164,32 @@ mod tests {
             !body.to_string().contains("secret"),
             "panic details leaked: {body}"
         );
+    }
+
+    /// Counts ERROR events.
+    struct ErrorCount(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for ErrorCount {
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            _: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            if *event.metadata().level() == tracing::Level::ERROR {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_server_error_is_logged_once() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let errors = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let subscriber = tracing_subscriber::registry().with(ErrorCount(errors.clone()));
+        let _guard = tracing::subscriber::set_default(subscriber);
+        let (status, _, _) = call(app(), "/panic").await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(errors.load(std::sync::atomic::Ordering::Relaxed), 1);
     }
 
     #[tokio::test]
