@@ -45,7 +45,35 @@ fn main() -> ExitCode {
 pub(crate) fn cargo_command() -> Command {
     let mut command = Command::new(env!("CARGO"));
     without_run_variables(&mut command);
+    pin_toolchain(&mut command);
     command
+}
+
+/// Started as `cargo xtask`, rustup's proxy has set `RUSTUP_TOOLCHAIN` and every nested `rustc`
+/// runs the workspace's toolchain. Started directly (`target/release/xtask`), each nested
+/// `rustc` proxy picks its toolchain from the directory cargo runs it in, and a registry crate
+/// with a `rust-toolchain.toml` of its own (atoi 2.0.0 names 1.57.0) asks for one that is not
+/// installed; so the workspace's is named here. Without rustup nothing needs pinning.
+fn pin_toolchain(command: &mut Command) {
+    if std::env::var_os("RUSTUP_TOOLCHAIN").is_some() {
+        return;
+    }
+    let Ok(output) = Command::new("rustup")
+        .args(["show", "active-toolchain"])
+        .current_dir(load::workspace_root())
+        .output()
+    else {
+        return;
+    };
+    // "1.95.0-x86_64-unknown-linux-gnu (overridden by '.../rust-toolchain.toml')"
+    if let Some(toolchain) = output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
+        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
+    {
+        command.env("RUSTUP_TOOLCHAIN", toolchain);
+    }
 }
 
 /// Removes from `command`'s environment what `cargo run` set for this process.
