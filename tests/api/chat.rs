@@ -393,6 +393,22 @@ async fn provider_failures_and_bad_input_get_clear_errors_without_keys() {
     // Bad input never reached the provider; each provider failure was one call.
     assert_eq!(mock.received().len(), calls_before + 4);
 
+    // A provider's redirect is not followed: the key and the prompt would go where it points.
+    let elsewhere = MockProvider::start().await.unwrap();
+    mock.push(Reply::Redirect(format!("{}/v1/messages", elsewhere.root())));
+    let redirected = post(chat("anthropic/claude-haiku-4-5", json!({}))).await;
+    let error = redirected.error(502, "PROVIDER_ERROR");
+    assert!(
+        error["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("redirected to {}/v1/messages", elsewhere.root())),
+        "{}",
+        redirected.text
+    );
+    assert!(elsewhere.received().is_empty(), "the redirect was followed");
+    assert_eq!(mock.received().len(), calls_before + 5);
+
     // A stream that breaks after its first bytes ends with an error chunk and [DONE].
     mock.push(Reply::BreakAfterFirstChunk(Box::new(Reply::text(
         "this will be cut off somewhere",

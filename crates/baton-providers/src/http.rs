@@ -108,6 +108,10 @@ impl std::fmt::Debug for ProviderClient {
 
 fn build_client(connect_timeout: Duration) -> ProviderResult<reqwest::Client> {
     reqwest::Client::builder()
+        // A model API never answers a call with a redirect; following one would send the
+        // request's key (`x-api-key`, `api-key`: reqwest strips only `Authorization` across
+        // hosts) and the prompt wherever it points. A redirect is an error naming the target.
+        .redirect(reqwest::redirect::Policy::none())
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .pool_idle_timeout(Duration::from_secs(90))
@@ -334,6 +338,22 @@ async fn status_error(provider: &str, model: &str, response: Response) -> Provid
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
+    if status.is_redirection() {
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok())
+            .map_or_else(|| "nowhere".to_string(), |v| v.chars().take(200).collect());
+        return ProviderError::Status {
+            provider: provider.to_string(),
+            status: status.as_u16(),
+            message: format!(
+                "redirected to {location}; provider calls do not follow redirects \
+                 (set the provider's base URL to the address it redirects to)"
+            ),
+            retry_after: None,
+        };
+    }
     let body = read_capped(response, MAX_ERROR_BODY).await;
     let message = error_message(&body).unwrap_or_else(|| {
         let text = String::from_utf8_lossy(&body).trim().to_string();

@@ -42,6 +42,8 @@ pub enum Reply {
     TruncatedStream(Box<Reply>),
     /// A 200 whose body is this text verbatim (malformed JSON, or an SSE body of garbage).
     Raw(String),
+    /// A 307 to this URL (which keeps the method and body, were it followed).
+    Redirect(String),
 }
 
 /// A source cited by a scripted answer.
@@ -457,6 +459,11 @@ async fn respond(
         _ => Cut::None,
     };
     match reply {
+        Reply::Redirect(location) => Response::builder()
+            .status(StatusCode::TEMPORARY_REDIRECT)
+            .header("location", location)
+            .body(Body::empty())
+            .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
         Reply::Raw(body) => {
             let content_type = if stream {
                 "text/event-stream"
