@@ -55,25 +55,33 @@ pub(crate) fn cargo_command() -> Command {
 /// with a `rust-toolchain.toml` of its own (atoi 2.0.0 names 1.57.0) asks for one that is not
 /// installed; so the workspace's is named here. Without rustup nothing needs pinning.
 fn pin_toolchain(command: &mut Command) {
-    if std::env::var_os("RUSTUP_TOOLCHAIN").is_some() {
-        return;
-    }
-    let Ok(output) = Command::new("rustup")
-        .args(["show", "active-toolchain"])
-        .current_dir(load::workspace_root())
-        .output()
-    else {
-        return;
-    };
-    // "1.95.0-x86_64-unknown-linux-gnu (overridden by '.../rust-toolchain.toml')"
-    if let Some(toolchain) = output
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
-        .and_then(|text| text.split_whitespace().next().map(str::to_owned))
-    {
+    if let Some(toolchain) = workspace_toolchain() {
         command.env("RUSTUP_TOOLCHAIN", toolchain);
     }
+}
+
+/// The toolchain to pin nested builds to, asked of rustup once per run (every nested build
+/// would otherwise start `rustup` again); `None` when rustup already pinned it or is absent.
+fn workspace_toolchain() -> Option<&'static str> {
+    static TOOLCHAIN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    TOOLCHAIN
+        .get_or_init(|| {
+            if std::env::var_os("RUSTUP_TOOLCHAIN").is_some() {
+                return None;
+            }
+            let output = Command::new("rustup")
+                .args(["show", "active-toolchain"])
+                .current_dir(load::workspace_root())
+                .output()
+                .ok()
+                .filter(|output| output.status.success())?;
+            // "1.95.0-x86_64-unknown-linux-gnu (overridden by '.../rust-toolchain.toml')"
+            String::from_utf8_lossy(&output.stdout)
+                .split_whitespace()
+                .next()
+                .map(str::to_owned)
+        })
+        .as_deref()
 }
 
 /// Removes from `command`'s environment what `cargo run` set for this process.

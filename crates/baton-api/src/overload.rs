@@ -83,7 +83,8 @@ pub struct Overload {
     /// Per probe: an API request arrived since it last looked. Set by requests only when
     /// clear, so a busy server's requests only read them.
     arrivals: [AtomicBool; PARKING_PROBES],
-    /// How many probes have been started (the first [`PARKING_PROBES`] have an arrival flag).
+    /// How many probes have been started (the first [`PARKING_PROBES`] have an arrival flag);
+    /// `probes.len()` kept as an atomic so requests need not take the lock.
     probe_count: AtomicUsize,
     /// Wakes parked probes; shared with them so a parked probe holds no `Overload` (its drop
     /// wakes them to end).
@@ -248,6 +249,7 @@ async fn probe_loop(
             idle_ticks + 1
         };
         if idle_ticks >= IDLE_TICKS_BEFORE_PARKING {
+            idle_ticks = 0;
             // Registered before the last look, so an arrival between the two still wakes it.
             let arrived = wake.notified();
             tokio::pin!(arrived);
@@ -257,10 +259,11 @@ async fn probe_loop(
                 state.observe(probe, Duration::ZERO, now);
                 drop(state);
                 arrived.await;
+                due = Instant::now() + PROBE_PERIOD;
+                continue;
             }
-            idle_ticks = 0;
         }
-        due = Instant::now() + PROBE_PERIOD;
+        due = now + PROBE_PERIOD;
     }
 }
 

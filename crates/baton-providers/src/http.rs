@@ -331,13 +331,6 @@ pub fn transport_error(provider: &str, err: reqwest::Error) -> ProviderError {
 
 async fn status_error(provider: &str, model: &str, response: Response) -> ProviderError {
     let status = response.status();
-    let retry_after = response
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64);
     if status.is_redirection() {
         let location = response
             .headers()
@@ -354,6 +347,13 @@ async fn status_error(provider: &str, model: &str, response: Response) -> Provid
             retry_after: None,
         };
     }
+    let retry_after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
     let body = read_capped(response, MAX_ERROR_BODY).await;
     let message = error_message(&body).unwrap_or_else(|| {
         let text = String::from_utf8_lossy(&body).trim().to_string();
