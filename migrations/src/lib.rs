@@ -18,6 +18,7 @@ mod m20261123_000003_flow_stats_index;
 mod m20261123_000004_run_budget_holds;
 mod m20261124_000001_leaner_run_log;
 mod m20261124_000002_packed_event_pages;
+mod m20261127_000001_log_tables_without_tenant_keys;
 pub mod packed_pages;
 
 pub struct Migrator;
@@ -37,6 +38,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261123_000004_run_budget_holds::Migration),
             Box::new(m20261124_000001_leaner_run_log::Migration),
             Box::new(m20261124_000002_packed_event_pages::Migration),
+            Box::new(m20261127_000001_log_tables_without_tenant_keys::Migration),
         ]
     }
 }
