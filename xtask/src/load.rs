@@ -187,7 +187,7 @@ async fn run_one(
     let dir = TempDir::new(gateway.name())?;
     progress(gateway.name(), "starting");
     let sqlite = format!("sqlite://{}", dir.0.join("baton.db").display());
-    let mut _database = None;
+    let mut database = None;
     let baton = |database_url: &str, invocation_log: bool| {
         procs::start_baton(&BatonSpec {
             invocation_log,
@@ -208,10 +208,10 @@ async fn run_one(
         Gateway::Sqlite => baton(&sqlite, true)?,
         Gateway::NoLog => baton(&sqlite, false)?,
         Gateway::Postgres => {
-            let database = procs::PgDatabase::create(&ctx.options.postgres_url)
+            let created = procs::PgDatabase::create(&ctx.options.postgres_url)
                 .context("PostgreSQL unreachable")?;
-            let started = baton(&database.url, true)?;
-            _database = Some(database);
+            let started = baton(&created.url, true)?;
+            database = Some(created);
             started
         }
         Gateway::LiteLlm => procs::start_litellm(bench_dir, &dir.0, mock_addr, cpus)?,
@@ -240,9 +240,17 @@ async fn run_one(
         )
     };
     let baton_addr = gateway.is_baton().then_some(address.as_str());
-    let result = scenarios::run_gateway(ctx, gateway, &target, process.pid(), baton_addr).await;
+    let result = scenarios::run_gateway(
+        ctx,
+        gateway,
+        &target,
+        process.pid(),
+        baton_addr,
+        database.as_ref(),
+    )
+    .await;
     // The process stops before its database is dropped.
     drop(process);
-    drop(_database);
+    drop(database);
     result
 }

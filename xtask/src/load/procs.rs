@@ -305,6 +305,30 @@ impl PgDatabase {
     }
 }
 
+impl PgDatabase {
+    /// CPU ticks so far of each server process connected to this database (its backends:
+    /// Baton's pool and its log writer's connections), by process id. Empty when `psql` or
+    /// `/proc` cannot tell (a server on another machine, or another user's processes).
+    pub fn backend_ticks(&self) -> HashMap<u32, u64> {
+        let query = format!(
+            "SELECT pid FROM pg_stat_activity WHERE datname = '{}'",
+            self.name
+        );
+        let Ok(output) = Command::new("psql")
+            .args([self.admin_url.as_str(), "-qAtc", query.as_str()])
+            .stdin(Stdio::null())
+            .output()
+        else {
+            return HashMap::new();
+        };
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .filter_map(|line| line.trim().parse::<u32>().ok())
+            .filter_map(|pid| Some((pid, own_cpu_ticks(pid)?)))
+            .collect()
+    }
+}
+
 impl Drop for PgDatabase {
     fn drop(&mut self) {
         let _ = psql(
@@ -495,9 +519,14 @@ fn stat_fields(pid: u32) -> Option<Vec<String>> {
 pub fn cpu_ticks(root: u32) -> u64 {
     descendants(root)
         .into_iter()
-        .filter_map(stat_fields)
-        .filter_map(|f| Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?))
+        .filter_map(own_cpu_ticks)
         .sum()
+}
+
+/// User plus system CPU time of one process in clock ticks.
+fn own_cpu_ticks(pid: u32) -> Option<u64> {
+    let fields = stat_fields(pid)?;
+    Some(fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?)
 }
 
 pub fn clock_ticks_per_second() -> u64 {

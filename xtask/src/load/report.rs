@@ -426,6 +426,22 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
             )
         }),
     ));
+    rows.push((
+        "database server CPU us/request: concurrency 1 / closed loop / 1,000 RPS".into(),
+        String::new(),
+        Box::new(|g| {
+            let database = |phase: &Value| phase["database_cpu_us_per_request"].clone();
+            let at_1000 = at_rate(g, 1000).map_or(Value::Null, database);
+            if database(&g["concurrency_1"]).is_null() && at_1000.is_null() {
+                return "-".into();
+            }
+            format!(
+                "{} / {}",
+                pair(&database(&g["concurrency_1"]), &database(&g["concurrency"])),
+                num(&at_1000)
+            )
+        }),
+    ));
     let streams = &direct["streams"];
     rows.push((
         format!("{} streams: TTFT p50 / p99 us", options["streams"]),

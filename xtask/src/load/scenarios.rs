@@ -1,7 +1,7 @@
 //! The scenarios, run once directly against the mock (the baseline) and then through each
 //! gateway, each gateway figure next to the direct one it is compared with.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -181,6 +181,42 @@ impl CpuMeter {
     }
 }
 
+/// CPU time of the PostgreSQL server processes serving a gateway's database over one phase,
+/// per request: the part of logging that a SQLite gateway does in its own process (and its
+/// CPU figure counts) and a PostgreSQL gateway hands to the database server. Read once the log
+/// writer has no run queued after the phase (what is in flight then, at most a batch, is left
+/// out).
+struct DatabaseMeter<'a> {
+    database: &'a procs::PgDatabase,
+    ticks_per_second: u64,
+    before: HashMap<u32, u64>,
+}
+
+impl<'a> DatabaseMeter<'a> {
+    fn start(database: Option<&'a procs::PgDatabase>, ticks_per_second: u64) -> Option<Self> {
+        database.map(|database| DatabaseMeter {
+            database,
+            ticks_per_second,
+            before: database.backend_ticks(),
+        })
+    }
+
+    /// Microseconds per request, `null` when the server's processes could not be read.
+    async fn per_request(self, lanes: &LaneMeter<'_>, requests: u64) -> Value {
+        lanes.wait_for_empty_queue().await;
+        let after = self.database.backend_ticks();
+        if after.is_empty() {
+            return Value::Null;
+        }
+        let ticks: u64 = after
+            .iter()
+            .map(|(pid, ticks)| ticks.saturating_sub(self.before.get(pid).copied().unwrap_or(0)))
+            .sum();
+        let micros = ticks as f64 * 1e6 / self.ticks_per_second.max(1) as f64;
+        Value::from((micros / requests.max(1) as f64).round() as i64)
+    }
+}
+
 /// Longest a phase waits for the log writer to drain what the phases before it queued.
 const DRAIN_WAIT: Duration = Duration::from_secs(30);
 
@@ -200,24 +236,18 @@ impl<'a> LaneMeter<'a> {
     /// catches up on at normal priority), then reads the counters.
     async fn start(client: &'a reqwest::Client, baton_addr: Option<&'a str>) -> LaneMeter<'a> {
         let waiting = Instant::now();
-        let before = match baton_addr {
-            Some(addr) => loop {
-                let batches = driver::writer_batches(client, addr)
-                    .await
-                    .unwrap_or_default();
-                if batches.queued == 0 || waiting.elapsed() >= DRAIN_WAIT {
-                    break batches;
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            },
-            None => driver::LaneBatches::default(),
-        };
+        let before = drained(client, baton_addr).await;
         LaneMeter {
             client,
             baton_addr,
             before,
             drained: waiting.elapsed(),
         }
+    }
+
+    /// Returns once the log writer has no run queued (or after [`DRAIN_WAIT`]).
+    async fn wait_for_empty_queue(&self) {
+        drained(self.client, self.baton_addr).await;
     }
 
     /// `{"idle", "own", "starved", "drain_wait_ms"}` batches since the start (`null` for a peer
@@ -232,6 +262,24 @@ impl<'a> LaneMeter<'a> {
         let batches = after.since(self.before);
         json!({"idle": batches.idle, "own": batches.own, "starved": batches.starved,
                "drain_wait_ms": self.drained.as_millis() as u64})
+    }
+}
+
+/// The writer's counters once it has no run queued (or after [`DRAIN_WAIT`]); zeros for a
+/// peer.
+async fn drained(client: &reqwest::Client, baton_addr: Option<&str>) -> driver::LaneBatches {
+    let Some(addr) = baton_addr else {
+        return driver::LaneBatches::default();
+    };
+    let waiting = Instant::now();
+    loop {
+        let batches = driver::writer_batches(client, addr)
+            .await
+            .unwrap_or_default();
+        if batches.queued == 0 || waiting.elapsed() >= DRAIN_WAIT {
+            return batches;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -269,6 +317,7 @@ pub async fn run_gateway(
     target: &Target,
     pid: u32,
     baton_addr: Option<&str>,
+    database: Option<&procs::PgDatabase>,
 ) -> anyhow::Result<Value> {
     let name = gateway.name();
     let options = ctx.options.clone();
@@ -290,8 +339,13 @@ pub async fn run_gateway(
 
     let lanes = LaneMeter::start(&client, baton_addr).await;
     let meter = CpuMeter::start(pid, ticks);
+    let database_meter = DatabaseMeter::start(database, ticks);
     let c1 = driver::sequential(target, Some(options.duration), None).await?;
     let c1_cpu = meter.per_request(c1.sent);
+    let c1_database_cpu = match database_meter {
+        Some(meter) => meter.per_request(&lanes, c1.sent).await,
+        None => Value::Null,
+    };
     let c1_batches = lanes.finish().await;
     sent.add(&c1);
     cpu.insert("concurrency_1".into(), c1_cpu.into());
@@ -304,13 +358,19 @@ pub async fn run_gateway(
         "added_p50_us": added(&c1, &ctx.baseline.c1, 0.50),
         "added_p99_us": added(&c1, &ctx.baseline.c1, 0.99),
         "cpu_us_per_request": c1_cpu,
+        "database_cpu_us_per_request": c1_database_cpu,
         "log_batches": c1_batches,
     });
 
     let lanes = LaneMeter::start(&client, baton_addr).await;
     let meter = CpuMeter::start(pid, ticks);
+    let database_meter = DatabaseMeter::start(database, ticks);
     let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
     let conc_cpu = meter.per_request(conc.sent);
+    let conc_database_cpu = match database_meter {
+        Some(meter) => meter.per_request(&lanes, conc.sent).await,
+        None => Value::Null,
+    };
     let conc_batches = lanes.finish().await;
     sent.add(&conc);
     cpu.insert(
@@ -334,6 +394,7 @@ pub async fn run_gateway(
         "mock_headroom": (headroom * 10.0).round() / 10.0,
         "mock_headroom_ok": headroom >= 5.0,
         "cpu_us_per_request": conc_cpu,
+        "database_cpu_us_per_request": conc_database_cpu,
         "log_batches": conc_batches,
     });
     if headroom < 5.0 {
@@ -360,8 +421,13 @@ pub async fn run_gateway(
             .await?;
         let lanes = LaneMeter::start(&client, baton_addr).await;
         let meter = CpuMeter::start(pid, ticks);
+        let database_meter = DatabaseMeter::start(database, ticks);
         let outcome = driver::fixed_rate(&client, target, rate as f64, options.duration).await?;
         let phase_cpu = meter.per_request(outcome.sent);
+        let database_cpu = match database_meter {
+            Some(meter) => meter.per_request(&lanes, outcome.sent).await,
+            None => Value::Null,
+        };
         let batches = lanes.finish().await;
         sent.add(&outcome);
         cpu.insert(format!("fixed_{rate}"), phase_cpu.into());
@@ -375,6 +441,7 @@ pub async fn run_gateway(
             "added_p50_us": added(&outcome, direct, 0.50),
             "added_p99_us": added(&outcome, direct, 0.99),
             "cpu_us_per_request": phase_cpu,
+            "database_cpu_us_per_request": database_cpu,
             "log_batches": batches,
         }));
     }
