@@ -134,6 +134,15 @@ pub(crate) fn chunks<T>(rows: Vec<T>) -> impl Iterator<Item = Vec<T>> {
     row_counts(rows.len()).map(move |size| rows.by_ref().take(size).collect())
 }
 
+/// `"a", "b", "c"`: identifiers quoted as both databases take them.
+fn quoted(names: &[&str]) -> String {
+    names
+        .iter()
+        .map(|n| format!("\"{n}\""))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What a row whose key is already stored does.
 pub(crate) enum OnConflict {
     /// Keeps the stored row.
@@ -284,13 +293,6 @@ impl BulkInsert {
 
     fn render(&self, backend: DbBackend, rows: usize) -> String {
         use std::fmt::Write as _;
-        let quoted = |names: &[&str]| {
-            names
-                .iter()
-                .map(|n| format!("\"{n}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         let mut sql = format!(
             "INSERT INTO \"{}\" ({}) VALUES ",
             self.table,
@@ -356,13 +358,6 @@ impl BulkInsert {
 
     fn push_conflict_clause(&self, sql: &mut String) {
         use std::fmt::Write as _;
-        let quoted = |names: &[&str]| {
-            names
-                .iter()
-                .map(|n| format!("\"{n}\""))
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
         match &self.on_conflict {
             OnConflict::Ignore => sql.push_str(" ON CONFLICT DO NOTHING"),
             OnConflict::IgnoreKey(key) => {
