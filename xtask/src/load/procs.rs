@@ -303,9 +303,7 @@ impl PgDatabase {
             name,
         })
     }
-}
 
-impl PgDatabase {
     /// CPU ticks so far of each server process connected to this database (its backends:
     /// Baton's pool and its log writer's connections), by process id. Empty when `psql` or
     /// `/proc` cannot tell (a server on another machine, or another user's processes).
