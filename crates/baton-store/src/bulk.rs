@@ -161,7 +161,9 @@ pub(crate) struct BulkInsert {
     table: &'static str,
     columns: Vec<&'static str>,
     on_conflict: OnConflict,
-    /// Rendered texts: `[postgres?][log2(rows)]`.
+    /// Rendered texts: `[postgres?][log2(rows)]`. PostgreSQL's serve only a table with a
+    /// column that has no array form (or over [`MAX_NULLABLE`] nullable ones); the three log
+    /// tables have none, so theirs stay unrendered.
     rendered: [[OnceLock<String>; SHAPES]; 2],
     /// The columns in PostgreSQL's array form, when every column has one.
     arrays: Option<Vec<ArrayColumn>>,

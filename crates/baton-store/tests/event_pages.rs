@@ -83,15 +83,6 @@ async fn events_written_in_several_batches_read_back_once_and_in_order() {
     db.drop_database().await;
 }
 
-/// The URL a plain sea-orm connection opens (SQLite needs telling to create the file).
-fn raw_url(scratch: &Scratch) -> String {
-    if scratch.url.starts_with("sqlite:") {
-        format!("{}?mode=rwc", scratch.url)
-    } else {
-        scratch.url.clone()
-    }
-}
-
 async fn legacy_event_count(db: &DatabaseConnection) -> i64 {
     let mut count = Query::select();
     count
@@ -104,7 +95,7 @@ async fn legacy_event_count(db: &DatabaseConnection) -> i64 {
 #[tokio::test]
 async fn the_migration_carries_per_event_rows_to_pages_and_back() {
     let scratch = Scratch::new("upgrade").await;
-    let db = Database::connect(raw_url(&scratch)).await.unwrap();
+    let db = Database::connect(scratch.raw_url()).await.unwrap();
     let before = Migrator::migrations()
         .iter()
         .position(|m| m.name() == PAGES_MIGRATION)

@@ -50,12 +50,7 @@ async fn tables_keyed_to_tenants(db: &DatabaseConnection) -> usize {
 #[tokio::test]
 async fn log_tables_drop_their_tenant_keys_on_postgres_only() {
     let scratch = Scratch::new("log_keys").await;
-    let url = if scratch.url.starts_with("sqlite:") {
-        format!("{}?mode=rwc", scratch.url)
-    } else {
-        scratch.url.clone()
-    };
-    let db = Database::connect(url).await.unwrap();
+    let db = Database::connect(scratch.raw_url()).await.unwrap();
     let postgres = db.get_database_backend() == DbBackend::Postgres;
     let before = Migrator::migrations()
         .iter()

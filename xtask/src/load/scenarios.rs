@@ -201,7 +201,15 @@ impl<'a> DatabaseMeter<'a> {
         })
     }
 
-    /// Microseconds per request, `null` when the server's processes could not be read.
+    /// Microseconds per request, `null` for a gateway without a database or when the server's
+    /// processes could not be read.
+    async fn finish(meter: Option<Self>, lanes: &LaneMeter<'_>, requests: u64) -> Value {
+        match meter {
+            Some(meter) => meter.per_request(lanes, requests).await,
+            None => Value::Null,
+        }
+    }
+
     async fn per_request(self, lanes: &LaneMeter<'_>, requests: u64) -> Value {
         lanes.wait_for_empty_queue().await;
         let after = self.database.backend_ticks();
@@ -342,10 +350,7 @@ pub async fn run_gateway(
     let database_meter = DatabaseMeter::start(database, ticks);
     let c1 = driver::sequential(target, Some(options.duration), None).await?;
     let c1_cpu = meter.per_request(c1.sent);
-    let c1_database_cpu = match database_meter {
-        Some(meter) => meter.per_request(&lanes, c1.sent).await,
-        None => Value::Null,
-    };
+    let c1_database_cpu = DatabaseMeter::finish(database_meter, &lanes, c1.sent).await;
     let c1_batches = lanes.finish().await;
     sent.add(&c1);
     cpu.insert("concurrency_1".into(), c1_cpu.into());
@@ -367,10 +372,7 @@ pub async fn run_gateway(
     let database_meter = DatabaseMeter::start(database, ticks);
     let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
     let conc_cpu = meter.per_request(conc.sent);
-    let conc_database_cpu = match database_meter {
-        Some(meter) => meter.per_request(&lanes, conc.sent).await,
-        None => Value::Null,
-    };
+    let conc_database_cpu = DatabaseMeter::finish(database_meter, &lanes, conc.sent).await;
     let conc_batches = lanes.finish().await;
     sent.add(&conc);
     cpu.insert(
@@ -424,10 +426,7 @@ pub async fn run_gateway(
         let database_meter = DatabaseMeter::start(database, ticks);
         let outcome = driver::fixed_rate(&client, target, rate as f64, options.duration).await?;
         let phase_cpu = meter.per_request(outcome.sent);
-        let database_cpu = match database_meter {
-            Some(meter) => meter.per_request(&lanes, outcome.sent).await,
-            None => Value::Null,
-        };
+        let database_cpu = DatabaseMeter::finish(database_meter, &lanes, outcome.sent).await;
         let batches = lanes.finish().await;
         sent.add(&outcome);
         cpu.insert(format!("fixed_{rate}"), phase_cpu.into());

@@ -47,6 +47,15 @@ impl Scratch {
         }
     }
 
+    /// The URL a plain sea-orm connection opens (SQLite needs telling to create the file).
+    pub fn raw_url(&self) -> String {
+        if self.url.starts_with("sqlite:") {
+            format!("{}?mode=rwc", self.url)
+        } else {
+            self.url.clone()
+        }
+    }
+
     pub async fn remove(self) {
         if let Some((admin, name)) = self.postgres {
             let _ = baton_store::provision::drop_postgres_database(&admin, &name).await;
