@@ -578,7 +578,7 @@ impl RssSampler {
                 let sizes: Vec<Option<u64>> = tree.iter().map(|&p| rss_of(p)).collect();
                 peak_kb.fetch_max(sizes.iter().flatten().sum(), Ordering::Relaxed);
                 samples += 1;
-                if samples % SAMPLES_PER_TREE_SCAN == 0 || sizes.contains(&None) {
+                if samples.is_multiple_of(SAMPLES_PER_TREE_SCAN) || sizes.contains(&None) {
                     tree = descendants(pid);
                 }
                 std::thread::sleep(Duration::from_millis(100));
