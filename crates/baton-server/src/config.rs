@@ -355,6 +355,11 @@ pub struct InvocationLogConfig {
     /// writer keeps up, so a commit does not keep a request waiting for a CPU; `normal`: on the
     /// writer's own runtime (docs/performance.md, "The log writer at idle priority").
     pub writer_priority: WriterPriority,
+    /// Most rows one statement of the idle lane writes on PostgreSQL (1-1,024; a batch stays
+    /// one transaction): the database server runs a statement in one go at normal priority,
+    /// and a shorter one frees its CPU sooner for a request that wakes meanwhile
+    /// (docs/performance.md, "Short statements on the idle lane").
+    pub idle_statement_rows: usize,
 }
 
 /// Where the log writer writes its batches (`invocation_log.writer_priority`).
@@ -369,6 +374,11 @@ pub enum WriterPriority {
     Normal,
 }
 
+/// Rows per idle-lane statement on PostgreSQL unless configured.
+const DEFAULT_IDLE_STATEMENT_ROWS: usize = 32;
+/// The largest PostgreSQL array statement the store writes.
+const MAX_IDLE_STATEMENT_ROWS: usize = 1024;
+
 /// A run should reach the log within a minute (a batch's bound is the writer's queue).
 const MAX_BATCH_DELAY_MS: u64 = 60_000;
 
@@ -380,6 +390,7 @@ impl Default for InvocationLogConfig {
             batch_max_runs: writer.batch,
             batch_max_delay_ms: u64::try_from(writer.max_delay.as_millis()).unwrap_or(u64::MAX),
             writer_priority: WriterPriority::default(),
+            idle_statement_rows: DEFAULT_IDLE_STATEMENT_ROWS,
         }
     }
 }
@@ -399,6 +410,12 @@ impl InvocationLogConfig {
             return Err(ServerError::Config(format!(
                 "invocation_log.batch_max_delay_ms must be at most {MAX_BATCH_DELAY_MS}, not {}",
                 self.batch_max_delay_ms
+            )));
+        }
+        if !(1..=MAX_IDLE_STATEMENT_ROWS).contains(&self.idle_statement_rows) {
+            return Err(ServerError::Config(format!(
+                "invocation_log.idle_statement_rows must be between 1 and {MAX_IDLE_STATEMENT_ROWS}, not {}",
+                self.idle_statement_rows
             )));
         }
         Ok(WriterOptions {
@@ -732,7 +749,9 @@ mod tests {
         Jail::expect_with(|jail| {
             jail.create_file("baton.toml", "[invocation_log]\nbatch_max_runs = 32\n")?;
             jail.set_env("BATON_INVOCATION_LOG__BATCH_MAX_DELAY_MS", "20");
+            jail.set_env("BATON_INVOCATION_LOG__IDLE_STATEMENT_ROWS", "64");
             let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.invocation_log.idle_statement_rows, 64);
             let writer = config
                 .invocation_log
                 .writer_options()
@@ -748,6 +767,7 @@ mod tests {
         Jail::expect_with(|jail| {
             let config = Config::load(None).map_err(|e| e.to_string())?;
             assert_eq!(config.invocation_log.writer_priority, WriterPriority::Idle);
+            assert_eq!(config.invocation_log.idle_statement_rows, 32);
             jail.set_env("BATON_INVOCATION_LOG__WRITER_PRIORITY", "normal");
             let config = Config::load(None).map_err(|e| e.to_string())?;
             assert_eq!(
@@ -770,6 +790,14 @@ mod tests {
                 (
                     "batch_max_delay_ms = 60001",
                     "invocation_log.batch_max_delay_ms",
+                ),
+                (
+                    "idle_statement_rows = 0",
+                    "invocation_log.idle_statement_rows",
+                ),
+                (
+                    "idle_statement_rows = 1025",
+                    "invocation_log.idle_statement_rows",
                 ),
             ] {
                 jail.create_file("baton.toml", &format!("[invocation_log]\n{toml}\n"))?;

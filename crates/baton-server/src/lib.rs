@@ -93,8 +93,12 @@ impl Application {
                 observer: Some(metrics.clone()),
                 // No thread or connection for a log that is not written.
                 idle_lane: if config.invocation_log.enabled {
-                    log_writer::spawn_idle_lane(&store, config.invocation_log.writer_priority)
-                        .await?
+                    log_writer::spawn_idle_lane(
+                        &store,
+                        config.invocation_log.writer_priority,
+                        config.invocation_log.idle_statement_rows,
+                    )
+                    .await?
                 } else {
                     None
                 },

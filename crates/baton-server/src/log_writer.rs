@@ -23,9 +23,12 @@ use crate::runtime_thread;
 
 /// Starts the idle lane's thread (none for [`WriterPriority::Normal`]). The thread ends when the
 /// writer drops the lane.
+/// On PostgreSQL the lane writes `statement_rows` rows a statement at most: the database
+/// server's process is not at idle priority, so the lane keeps each of its bursts short.
 pub(crate) async fn spawn_idle_lane(
     store: &Store,
     priority: WriterPriority,
+    statement_rows: usize,
 ) -> Result<Option<IdleLane>, ServerError> {
     if priority == WriterPriority::Normal {
         return Ok(None);
@@ -37,9 +40,10 @@ pub(crate) async fn spawn_idle_lane(
         "baton-log-idle".into(),
         lower_to_idle,
         started,
-        |handle, started| async move {
+        move |handle, started| async move {
             match store.own_connection().await {
                 Ok(own) => {
+                    let own = own.with_array_statement_rows(statement_rows);
                     let _ = started.send(Ok(IdleLane::new(handle, own, alive)));
                     // Until the lane is dropped (its `alive` sender with it).
                     let _ = ended.await;
@@ -114,7 +118,7 @@ mod tests {
         let before = thread_policies();
         assert!(before.iter().all(|(_, policy)| *policy != 5), "{before:?}");
 
-        let lane = spawn_idle_lane(&store, WriterPriority::Idle)
+        let lane = spawn_idle_lane(&store, WriterPriority::Idle, 32)
             .await
             .unwrap()
             .expect("a lane");
@@ -133,7 +137,7 @@ mod tests {
         drop(lane);
 
         assert!(
-            spawn_idle_lane(&store, WriterPriority::Normal)
+            spawn_idle_lane(&store, WriterPriority::Normal, 32)
                 .await
                 .unwrap()
                 .is_none()

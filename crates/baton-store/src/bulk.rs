@@ -30,8 +30,9 @@ pub const ROWS_PER_STATEMENT: usize = 128;
 /// One rendered text per power of two up to [`ROWS_PER_STATEMENT`].
 const SHAPES: usize = ROWS_PER_STATEMENT.ilog2() as usize + 1;
 /// Most rows per PostgreSQL array statement: bounds one message (~2 KB a logged run) while a
-/// default batch (256 runs) still goes in one statement per table.
-const ARRAY_ROWS_PER_STATEMENT: usize = 1024;
+/// default batch (256 runs) still goes in one statement per table. A store may ask for fewer
+/// ([`crate::Store::with_array_statement_rows`]).
+pub const ARRAY_ROWS_PER_STATEMENT: usize = 1024;
 /// Nullable columns a table may have for the array form: their NULL flags share one `BIGINT`
 /// per row.
 const MAX_NULLABLE: usize = 63;
@@ -201,11 +202,13 @@ impl BulkInsert {
     }
 
     /// Inserts `values` (`rows` rows of [`Self::width`] values each, row after row) in
-    /// statements of [`row_counts`] rows, or on PostgreSQL as arrays.
+    /// statements of [`row_counts`] rows, or on PostgreSQL as arrays of at most `array_rows`
+    /// rows a statement.
     pub(crate) async fn insert<C: ConnectionTrait>(
         &self,
         conn: &C,
         values: Vec<Value>,
+        array_rows: usize,
     ) -> StoreResult<()> {
         let width = self.width();
         debug_assert_eq!(values.len() % width, 0, "{}: partial row", self.table);
@@ -213,7 +216,7 @@ impl BulkInsert {
         if backend == DbBackend::Postgres
             && let Some(arrays) = &self.arrays
         {
-            return self.insert_arrays(conn, arrays, values).await;
+            return self.insert_arrays(conn, arrays, values, array_rows).await;
         }
         let mut values = values.into_iter();
         for rows in row_counts(values.len() / width) {
@@ -232,12 +235,13 @@ impl BulkInsert {
         conn: &C,
         arrays: &[ArrayColumn],
         values: Vec<Value>,
+        array_rows: usize,
     ) -> StoreResult<()> {
         let width = self.width();
         let flagged = arrays.iter().any(|c| c.null_bit.is_some());
         let mut values = values.into_iter();
         while values.len() > 0 {
-            let rows = (values.len() / width).clamp(1, ARRAY_ROWS_PER_STATEMENT);
+            let rows = (values.len() / width).clamp(1, array_rows.max(1));
             let mut columns: Vec<Vec<Value>> =
                 arrays.iter().map(|_| Vec::with_capacity(rows)).collect();
             let mut flags: Vec<Value> = Vec::with_capacity(if flagged { rows } else { 0 });

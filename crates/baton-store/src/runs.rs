@@ -248,7 +248,9 @@ impl Store {
             // PostgreSQL refuses to update one row twice in one statement, and the later write
             // of a run must win: a repeated id starts the next statement.
             if ids.contains(record.id.as_str()) {
-                RUN_INSERT.insert(&txn, std::mem::take(&mut rows)).await?;
+                RUN_INSERT
+                    .insert(&txn, std::mem::take(&mut rows), self.array_rows)
+                    .await?;
                 ids.clear();
             }
             let customer_id = record.customer_external_id.as_ref().and_then(|external| {
@@ -267,10 +269,12 @@ impl Store {
                 }
             }
         }
-        RUN_INSERT.insert(&txn, rows).await?;
+        RUN_INSERT.insert(&txn, rows, self.array_rows).await?;
         // Tags and events after every run row: they refer to their run.
-        TAG_INSERT.insert(&txn, tags).await?;
-        PAGE_INSERT.insert(&txn, page_rows(events)).await?;
+        TAG_INSERT.insert(&txn, tags, self.array_rows).await?;
+        PAGE_INSERT
+            .insert(&txn, page_rows(events), self.array_rows)
+            .await?;
         // Spend counts against budgets in the same transaction as the rows: never twice, never
         // lost.
         let alerts = self.charge_budgets(&txn, records, &settled).await?;

@@ -7,7 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use baton_domain::chat::Usage;
-use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus};
+use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use baton_store::runs::new_record;
 use serde_json::json;
@@ -157,5 +157,48 @@ async fn uneven_batches_and_rewritten_runs_keep_every_row_and_the_last_write() {
         (stored.status, stored.error_code, stored.cost_credits),
         (RunStatus::Succeeded, None, 42)
     );
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_store_writing_short_statements_keeps_every_row_of_a_batch() {
+    let db = database("run_rows_short").await;
+    let store = db.store.clone().with_array_statement_rows(7);
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let runs: Vec<RunRecord> = (0..37)
+        .map(|i| {
+            let mut run = everything_set(&tenant, &format!("run-short-{i}"));
+            run.tags = vec![format!("tag-{i}"), "shared".into()];
+            run
+        })
+        .collect();
+    let events: Vec<(TenantId, StoredEvent)> = runs
+        .iter()
+        .flat_map(|run| {
+            (1..=2).map(|seq| {
+                let event = StoredEvent {
+                    id: format!("{}-event-{seq}", run.id),
+                    run_id: run.id.clone(),
+                    seq,
+                    event_type: "execution.started".into(),
+                    payload: RawJson::of(&json!({"seq": seq})),
+                    created_at: at(1_700_000_000_000),
+                };
+                (tenant.clone(), event)
+            })
+        })
+        .collect();
+    store.write_runs(&runs, &events).await.unwrap();
+    for run in &runs {
+        assert_eq!(&store.get_run(&tenant, &run.id).await.unwrap(), run);
+        let seqs: Vec<u32> = store
+            .run_events(&tenant, &run.id)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.seq)
+            .collect();
+        assert_eq!(seqs, [1, 2], "{}", run.id);
+    }
     db.drop_database().await;
 }
