@@ -377,7 +377,7 @@ pub enum WriterPriority {
 /// Rows per idle-lane statement on PostgreSQL unless configured.
 const DEFAULT_IDLE_STATEMENT_ROWS: usize = 32;
 /// The largest PostgreSQL array statement the store writes.
-const MAX_IDLE_STATEMENT_ROWS: usize = 1024;
+const MAX_IDLE_STATEMENT_ROWS: usize = baton_store::ARRAY_ROWS_PER_STATEMENT;
 
 /// A run should reach the log within a minute (a batch's bound is the writer's queue).
 const MAX_BATCH_DELAY_MS: u64 = 60_000;

@@ -23,6 +23,7 @@ use crate::runtime_thread;
 
 /// Starts the idle lane's thread (none for [`WriterPriority::Normal`]). The thread ends when the
 /// writer drops the lane.
+///
 /// On PostgreSQL the lane writes `statement_rows` rows a statement at most: the database
 /// server's process is not at idle priority, so the lane keeps each of its bursts short.
 pub(crate) async fn spawn_idle_lane(

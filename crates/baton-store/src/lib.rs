@@ -38,6 +38,7 @@ use sea_orm::sqlx::sqlite::{SqliteJournalMode, SqliteSynchronous};
 use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection};
 
 pub use baton_domain::TenantId;
+pub use bulk::ARRAY_ROWS_PER_STATEMENT;
 pub use error::{StoreError, StoreResult};
 
 /// Which database engine a URL names.
@@ -139,7 +140,7 @@ impl Store {
     }
 
     /// The same store, writing the invocation log's rows on PostgreSQL in statements of at
-    /// most `rows` rows each (1 to 1,024), all in the batch's one
+    /// most `rows` rows each (1 to [`ARRAY_ROWS_PER_STATEMENT`]), all in the batch's one
     /// transaction. The database server works through one statement in one go at normal
     /// priority; shorter statements leave a CPU free sooner for a request's thread that wakes
     /// meanwhile (docs/performance.md, "Short statements on the idle lane").
