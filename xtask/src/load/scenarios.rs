@@ -176,9 +176,14 @@ impl CpuMeter {
 
     fn per_request(self, requests: u64) -> i64 {
         let ticks = procs::cpu_ticks(self.pid).saturating_sub(self.before);
-        let micros = ticks as f64 * 1e6 / self.ticks_per_second.max(1) as f64;
-        (micros / requests.max(1) as f64).round() as i64
+        micros_per_request(ticks, self.ticks_per_second, requests)
     }
+}
+
+/// `ticks` of CPU (at `ticks_per_second`) spread over `requests`, in whole microseconds.
+fn micros_per_request(ticks: u64, ticks_per_second: u64, requests: u64) -> i64 {
+    let micros = ticks as f64 * 1e6 / ticks_per_second.max(1) as f64;
+    (micros / requests.max(1) as f64).round() as i64
 }
 
 /// CPU time of the PostgreSQL server processes serving a gateway's database over one phase,
@@ -204,24 +209,19 @@ impl<'a> DatabaseMeter<'a> {
     /// Microseconds per request, `null` for a gateway without a database or when the server's
     /// processes could not be read.
     async fn finish(meter: Option<Self>, lanes: &LaneMeter<'_>, requests: u64) -> Value {
-        match meter {
-            Some(meter) => meter.per_request(lanes, requests).await,
-            None => Value::Null,
-        }
-    }
-
-    async fn per_request(self, lanes: &LaneMeter<'_>, requests: u64) -> Value {
+        let Some(meter) = meter else {
+            return Value::Null;
+        };
         lanes.wait_for_empty_queue().await;
-        let after = self.database.backend_ticks();
+        let after = meter.database.backend_ticks();
         if after.is_empty() {
             return Value::Null;
         }
         let ticks: u64 = after
             .iter()
-            .map(|(pid, ticks)| ticks.saturating_sub(self.before.get(pid).copied().unwrap_or(0)))
+            .map(|(pid, ticks)| ticks.saturating_sub(meter.before.get(pid).copied().unwrap_or(0)))
             .sum();
-        let micros = ticks as f64 * 1e6 / self.ticks_per_second.max(1) as f64;
-        Value::from((micros / requests.max(1) as f64).round() as i64)
+        Value::from(micros_per_request(ticks, meter.ticks_per_second, requests))
     }
 }
 
