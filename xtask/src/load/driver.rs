@@ -490,6 +490,14 @@ pub async fn concurrent_streams(
 
 /// Pages through Baton's `/api/v1/llm-logs` until it holds `expected` rows or `timeout` passes
 /// (rows are written off the request path, so the last ones land shortly after the load).
+/// The rows of Baton's invocation log once its writer has caught up, or the rows read when
+/// `timeout` has passed without that.
+///
+/// The log is written in batches and listed newest first, so a pass over it that starts while
+/// the last batches are still being committed pages past them and comes out short (a full pass
+/// over a few hundred thousand rows takes longer than any sensible timeout, so there would be no
+/// second pass either). The writer's own count of committed runs (`/metrics`) is polled until
+/// it reaches `expected`; then the log is read once, in full.
 pub async fn wait_for_log_rows(
     client: &reqwest::Client,
     baton_addr: &str,
@@ -498,13 +506,39 @@ pub async fn wait_for_log_rows(
     timeout: Duration,
 ) -> anyhow::Result<u64> {
     let deadline = Instant::now() + timeout;
-    loop {
-        let rows = count_log_rows(client, baton_addr, key).await?;
-        if rows >= expected || Instant::now() >= deadline {
-            return Ok(rows);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    while written_runs(client, baton_addr).await? < expected && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    count_log_rows(client, baton_addr, key).await
+}
+
+/// Runs the log writer has committed so far: the sum of Baton's `baton_runs_total` counters.
+async fn written_runs(client: &reqwest::Client, baton_addr: &str) -> anyhow::Result<u64> {
+    Ok(runs_total(&metrics_text(client, baton_addr).await?))
+}
+
+async fn metrics_text(client: &reqwest::Client, baton_addr: &str) -> anyhow::Result<String> {
+    Ok(client
+        .get(format!("http://{baton_addr}/metrics"))
+        .send()
+        .await?
+        .error_for_status()?
+        .text()
+        .await?)
+}
+
+/// The sum of every `baton_runs_total{...}` series in a `/metrics` text.
+fn runs_total(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("baton_runs_total")?;
+            // Past the labels (a value never holds a brace).
+            let value = rest.rsplit_once('}').map_or(rest, |(_, value)| value);
+            value.trim().parse::<f64>().ok()
+        })
+        .map(|value| value as u64)
+        .sum()
 }
 
 async fn count_log_rows(
@@ -520,14 +554,7 @@ pub async fn writer_batches(
     client: &reqwest::Client,
     baton_addr: &str,
 ) -> anyhow::Result<LaneBatches> {
-    let text = client
-        .get(format!("http://{baton_addr}/metrics"))
-        .send()
-        .await?
-        .error_for_status()?
-        .text()
-        .await?;
-    Ok(LaneBatches::parse(&text))
+    Ok(LaneBatches::parse(&metrics_text(client, baton_addr).await?))
 }
 
 /// The log writer's batch counters from Baton's `/metrics`: batches written on the idle lane,
@@ -665,6 +692,18 @@ mod tests {
                 queued: 40,
             }
         );
+    }
+
+    #[test]
+    fn written_runs_sum_every_kind_and_status() {
+        let text = "# HELP baton_runs Runs written to the invocation log, by kind and status.\n\
+            # TYPE baton_runs counter\n\
+            baton_runs_total{kind=\"chat\",status=\"Success\"} 370000\n\
+            baton_runs_total{kind=\"chat\",status=\"Error\"} 12\n\
+            baton_run_duration_seconds_sum{model=\"m\"} 3.5\n\
+            baton_log_writer_queue_depth 0\n";
+        assert_eq!(runs_total(text), 370_012);
+        assert_eq!(runs_total("baton_log_writer_queue_depth 0\n"), 0);
     }
 
     #[test]
