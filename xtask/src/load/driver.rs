@@ -488,8 +488,6 @@ pub async fn concurrent_streams(
     Ok(outcome)
 }
 
-/// Pages through Baton's `/api/v1/llm-logs` until it holds `expected` rows or `timeout` passes
-/// (rows are written off the request path, so the last ones land shortly after the load).
 /// The rows of Baton's invocation log once its writer has caught up, or the rows read when
 /// `timeout` has passed without that.
 ///
