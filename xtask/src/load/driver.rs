@@ -495,7 +495,9 @@ pub async fn concurrent_streams(
 /// the last batches are still being committed pages past them and comes out short (a full pass
 /// over a few hundred thousand rows takes longer than any sensible timeout, so there would be no
 /// second pass either). The writer's own count of committed runs (`/metrics`) is polled until
-/// it reaches `expected`; then the log is read once, in full.
+/// it reaches `expected`, or until the writer has been quiet for [`WRITER_QUIET`] (nothing
+/// queued, the count unchanged: the rows will not reach `expected`, and reading says how many
+/// there are); then the log is read once, in full.
 pub async fn wait_for_log_rows(
     client: &reqwest::Client,
     baton_addr: &str,
@@ -504,16 +506,29 @@ pub async fn wait_for_log_rows(
     timeout: Duration,
 ) -> anyhow::Result<u64> {
     let deadline = Instant::now() + timeout;
-    while written_runs(client, baton_addr).await? < expected && Instant::now() < deadline {
+    let mut last = None;
+    let mut unchanged_since = Instant::now();
+    loop {
+        let metrics = metrics_text(client, baton_addr).await?;
+        let written = runs_total(&metrics);
+        let now = Instant::now();
+        if last != Some(written) {
+            last = Some(written);
+            unchanged_since = now;
+        }
+        let quiet = LaneBatches::parse(&metrics).queued == 0
+            && now.duration_since(unchanged_since) >= WRITER_QUIET;
+        if written >= expected || quiet || now >= deadline {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     count_log_rows(client, baton_addr, key).await
 }
 
-/// Runs the log writer has committed so far: the sum of Baton's `baton_runs_total` counters.
-async fn written_runs(client: &reqwest::Client, baton_addr: &str) -> anyhow::Result<u64> {
-    Ok(runs_total(&metrics_text(client, baton_addr).await?))
-}
+/// How long the log writer must have had nothing queued and committed nothing before
+/// [`wait_for_log_rows`] stops waiting for rows: far longer than a batch takes to commit.
+const WRITER_QUIET: Duration = Duration::from_secs(5);
 
 async fn metrics_text(client: &reqwest::Client, baton_addr: &str) -> anyhow::Result<String> {
     Ok(client
@@ -525,7 +540,8 @@ async fn metrics_text(client: &reqwest::Client, baton_addr: &str) -> anyhow::Res
         .await?)
 }
 
-/// The sum of every `baton_runs_total{...}` series in a `/metrics` text.
+/// Runs the log writer has committed so far: the sum of every `baton_runs_total{...}` series
+/// in a `/metrics` text.
 fn runs_total(metrics: &str) -> u64 {
     metrics
         .lines()
