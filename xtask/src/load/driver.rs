@@ -547,6 +547,10 @@ fn runs_total(metrics: &str) -> u64 {
         .lines()
         .filter_map(|line| {
             let rest = line.strip_prefix("baton_runs_total")?;
+            // Not another series whose name starts so (`baton_runs_total_created`, say).
+            if !rest.starts_with(['{', ' ']) {
+                return None;
+            }
             // Past the labels (a value never holds a brace).
             let value = rest.rsplit_once('}').map_or(rest, |(_, value)| value);
             value.trim().parse::<f64>().ok()
@@ -714,6 +718,7 @@ mod tests {
             # TYPE baton_runs counter\n\
             baton_runs_total{kind=\"chat\",status=\"Success\"} 370000\n\
             baton_runs_total{kind=\"chat\",status=\"Error\"} 12\n\
+            baton_runs_total_created{kind=\"chat\",status=\"Success\"} 1790000000.5\n\
             baton_run_duration_seconds_sum{model=\"m\"} 3.5\n\
             baton_log_writer_queue_depth 0\n";
         assert_eq!(runs_total(text), 370_012);
