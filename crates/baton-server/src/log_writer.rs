@@ -112,17 +112,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_idle_lane_and_its_sqlite_worker_run_at_idle_priority() {
+    async fn the_idle_lane_and_its_sqlite_worker_run_at_idle_priority_with_short_statements() {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}", dir.path().join("lane.db").display());
         let store = Store::connect(&StoreOptions::new(url)).await.unwrap();
         let before = thread_policies();
         assert!(before.iter().all(|(_, policy)| *policy != 5), "{before:?}");
 
-        let lane = spawn_idle_lane(&store, WriterPriority::Idle, 32)
+        let lane = spawn_idle_lane(&store, WriterPriority::Idle, 7)
             .await
             .unwrap()
             .expect("a lane");
+        // (One test: another spawning a lane meanwhile would break the check of `before`.)
+        assert_eq!(lane.store().array_statement_rows(), 7);
+        // The shared store, which the writer's own lane uses, keeps whole statements.
+        assert_eq!(
+            store.array_statement_rows(),
+            baton_store::ARRAY_ROWS_PER_STATEMENT
+        );
         let during = thread_policies();
         let idle: Vec<&str> = during
             .iter()

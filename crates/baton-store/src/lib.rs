@@ -149,6 +149,11 @@ impl Store {
         self
     }
 
+    /// Most log rows one PostgreSQL array statement of this store writes.
+    pub fn array_statement_rows(&self) -> usize {
+        self.array_rows
+    }
+
     /// The same database through a pool of one connection of its own, for a task that writes
     /// in batches (the invocation log's writer). Its statements are prepared once and stay
     /// prepared on that connection, where through the shared pool each of its connections

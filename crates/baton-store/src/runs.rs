@@ -513,6 +513,11 @@ impl IdleLane {
             _alive: Arc::new(alive),
         }
     }
+
+    /// The store the lane writes with.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
 }
 
 impl std::fmt::Debug for WriterOptions {
