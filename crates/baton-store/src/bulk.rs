@@ -150,10 +150,12 @@ pub(crate) enum OnConflict {
     Ignore,
     /// Keeps the stored row when `key` matches.
     IgnoreKey(&'static [&'static str]),
-    /// Replaces `columns` of the stored row whose `key` matches.
+    /// Replaces `columns` of the stored row whose `key` matches, and sets each of `kept` only
+    /// where the stored row has none (a retried write keeps what is stored, as `Ignore` does).
     Update {
         key: &'static str,
         columns: Vec<&'static str>,
+        kept: Vec<&'static str>,
     },
 }
 
@@ -369,11 +371,15 @@ impl BulkInsert {
             OnConflict::IgnoreKey(key) => {
                 let _ = write!(sql, " ON CONFLICT ({}) DO NOTHING", quoted(key));
             }
-            OnConflict::Update { key, columns } => {
+            OnConflict::Update { key, columns, kept } => {
                 let _ = write!(sql, " ON CONFLICT (\"{key}\") DO UPDATE SET ");
+                let table = self.table;
                 let set: Vec<String> = columns
                     .iter()
                     .map(|c| format!("\"{c}\" = \"excluded\".\"{c}\""))
+                    .chain(kept.iter().map(|c| {
+                        format!("\"{c}\" = COALESCE(\"{table}\".\"{c}\", \"excluded\".\"{c}\")")
+                    }))
                     .collect();
                 sql.push_str(&set.join(", "));
             }
@@ -419,10 +425,10 @@ mod tests {
              UNNEST($5::int8[]) AS \"created_at\", UNNEST($6::bytea[]) AS \"packed\", \
              UNNEST($7::int8[]) AS \"_nulls\") AS \"_rows\" ON CONFLICT DO NOTHING"
         );
-        // Every column of a run has an array form, its 18 nullable ones a flag each.
+        // Every column of a run has an array form, its 19 nullable ones a flag each.
         let runs = BulkInsert::of::<runs::Entity>(OnConflict::Ignore);
         let columns = runs.arrays.as_deref().unwrap();
-        assert_eq!(columns.iter().filter(|c| c.null_bit.is_some()).count(), 18);
+        assert_eq!(columns.iter().filter(|c| c.null_bit.is_some()).count(), 19);
     }
 
     #[test]
@@ -453,11 +459,12 @@ mod tests {
         );
         let update = BulkInsert::of::<run_tags::Entity>(OnConflict::Update {
             key: "run_id",
-            columns: vec!["tag", "created_at"],
+            columns: vec!["tag"],
+            kept: vec!["created_at"],
         });
         assert!(update.sql(DbBackend::Sqlite, 1).ends_with(
             "ON CONFLICT (\"run_id\") DO UPDATE SET \"tag\" = \"excluded\".\"tag\", \
-             \"created_at\" = \"excluded\".\"created_at\""
+             \"created_at\" = COALESCE(\"run_tags\".\"created_at\", \"excluded\".\"created_at\")"
         ));
     }
 }

@@ -7,6 +7,10 @@
 //! row's `first_seq` being the first event's `seq`. Pages are written packed (the `packed`
 //! column, `baton_migrations::packed_pages`; `events` left empty); pages from before that are
 //! JSON text in `events` and read as they are.
+//!
+//! The page written together with its run's finished row, from the run's first event (a
+//! one-call request's only page), rides in that row instead (`runs.event_page`; docs/
+//! performance.md "One row a run"): one heap tuple and one B-tree entry fewer per request.
 
 use std::sync::LazyLock;
 
@@ -16,12 +20,13 @@ use baton_domain::run::{RawJson, StoredEvent};
 use baton_migrations::packed_pages;
 use sea_orm::sea_query::Expr;
 use sea_orm::{
-    ColumnTrait, ConnectionTrait, EntityTrait, Iterable, QueryFilter, QueryOrder, Value,
+    ColumnTrait, ConnectionTrait, EntityTrait, Iterable, QueryFilter, QueryOrder, QuerySelect,
+    Value,
 };
 use serde::{Deserialize, Serialize};
 
 use crate::bulk::{BulkInsert, OnConflict};
-use crate::entity::run_event_pages;
+use crate::entity::{run_event_pages, runs};
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreError, StoreResult};
 
@@ -54,14 +59,22 @@ struct PagedEvent {
 /// What a page adds around an event's envelope: its id, `seq`, type and time, with the keys.
 const PAGED_EVENT_OVERHEAD: usize = 128;
 
-/// The page rows of a batch's `events` (values in [`PAGE_INSERT`]'s column order): consecutive
-/// events of one run share a page.
-pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
+/// One run's consecutive events in a batch, packed: a page to store.
+pub(crate) struct PackedPage<'a> {
+    pub(crate) tenant: &'a TenantId,
+    pub(crate) run_id: &'a str,
+    pub(crate) first_seq: u32,
+    created_at: i64,
+    pub(crate) packed: Vec<u8>,
+}
+
+/// The pages of a batch's `events`: consecutive events of one run share a page.
+pub(crate) fn pack_pages(events: &[(TenantId, StoredEvent)]) -> Vec<PackedPage<'_>> {
     let same_run = |(a_tenant, a): &(TenantId, StoredEvent),
                     (b_tenant, b): &(TenantId, StoredEvent)| {
         a_tenant == b_tenant && a.run_id == b.run_id
     };
-    let mut rows = Vec::new();
+    let mut pages = Vec::new();
     for page in events.chunk_by(same_run) {
         let Some((tenant, first)) = page.first() else {
             continue;
@@ -87,16 +100,31 @@ pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
         if serde_json::to_writer(&mut json, &listed).is_err() {
             json = b"[]".to_vec();
         }
-        let mut packed = Some(packed_pages::pack(&json));
+        pages.push(PackedPage {
+            tenant,
+            run_id: &first.run_id,
+            first_seq: first.seq,
+            created_at: to_millis(first.created_at),
+            packed: packed_pages::pack(&json),
+        });
+    }
+    pages
+}
+
+/// The `run_event_pages` rows of `pages` (values in [`PAGE_INSERT`]'s column order).
+pub(crate) fn page_rows(pages: Vec<PackedPage<'_>>) -> Vec<Value> {
+    let mut rows = Vec::with_capacity(pages.len() * PAGE_INSERT.width());
+    for page in pages {
+        let mut packed = Some(page.packed);
         for column in run_event_pages::Column::iter() {
             rows.push(match column {
-                run_event_pages::Column::TenantId => tenant.as_str().to_string().into(),
-                run_event_pages::Column::RunId => first.run_id.clone().into(),
+                run_event_pages::Column::TenantId => page.tenant.as_str().to_string().into(),
+                run_event_pages::Column::RunId => page.run_id.to_string().into(),
                 run_event_pages::Column::FirstSeq => {
-                    i32::try_from(first.seq).unwrap_or(i32::MAX).into()
+                    i32::try_from(page.first_seq).unwrap_or(i32::MAX).into()
                 }
                 run_event_pages::Column::Events => String::new().into(),
-                run_event_pages::Column::CreatedAt => to_millis(first.created_at).into(),
+                run_event_pages::Column::CreatedAt => page.created_at.into(),
                 // Each column comes once: the bytes move into their value.
                 run_event_pages::Column::Packed => packed.take().unwrap_or_default().into(),
             });
@@ -105,20 +133,49 @@ pub(crate) fn page_rows(events: &[(TenantId, StoredEvent)]) -> Vec<Value> {
     rows
 }
 
-fn read_page(page: &run_event_pages::Model) -> StoreResult<Vec<PagedEvent>> {
+/// A stored page's events: `packed` when the page has it, else the JSON text of a page from
+/// before packing.
+fn read_page(
+    packed: Option<&[u8]>,
+    events: &str,
+    run_id: &str,
+    first_seq: i32,
+) -> StoreResult<Vec<PagedEvent>> {
     let corrupt = |error: String| {
         StoreError::Corrupt(
             "run event page",
-            format!("run {} from event {}: {error}", page.run_id, page.first_seq),
+            format!("run {run_id} from event {first_seq}: {error}"),
         )
     };
-    match &page.packed {
+    match packed {
         Some(packed) => {
             let json = packed_pages::unpack(packed).map_err(corrupt)?;
             serde_json::from_slice(&json).map_err(|error| corrupt(error.to_string()))
         }
-        None => serde_json::from_str(&page.events).map_err(|error| corrupt(error.to_string())),
+        None => serde_json::from_str(events).map_err(|error| corrupt(error.to_string())),
     }
+}
+
+/// The page a run's row carries, if any (`runs.event_page`: the page written with its
+/// finished row, from its first event).
+async fn page_in_run_row<C: ConnectionTrait>(
+    conn: &C,
+    tenant: &TenantId,
+    run_ids: &[String],
+) -> StoreResult<Vec<(String, Vec<u8>)>> {
+    Ok(runs::Entity::find()
+        .select_only()
+        .column(runs::Column::Id)
+        .column(runs::Column::EventPage)
+        .filter(runs::Column::TenantId.eq(tenant.as_str()))
+        .filter(runs::Column::Id.is_in(run_ids.iter().map(String::as_str)))
+        .filter(runs::Column::EventPage.is_not_null())
+        .into_tuple::<(String, Option<Vec<u8>>)>()
+        .all(conn)
+        .await?
+        .into_iter()
+        .filter_map(|(id, page)| Some((id, page?)))
+        .collect())
 }
 
 impl Store {
@@ -128,17 +185,24 @@ impl Store {
         tenant: &TenantId,
         run_id: &str,
     ) -> StoreResult<Vec<StoredEvent>> {
+        let in_row = page_in_run_row(self.conn(), tenant, &[run_id.to_string()]).await?;
         let pages = run_event_pages::Entity::find()
             .filter(run_event_pages::Column::TenantId.eq(tenant.as_str()))
             .filter(run_event_pages::Column::RunId.eq(run_id))
             .order_by_asc(run_event_pages::Column::FirstSeq)
             .all(self.conn())
             .await?;
+        let read = in_row
+            .iter()
+            .map(|(_, packed)| read_page(Some(packed), "", run_id, 0))
+            .chain(pages.iter().map(|page| {
+                read_page(page.packed.as_deref(), &page.events, run_id, page.first_seq)
+            }));
         let mut events = Vec::new();
-        for page in &pages {
+        for listed in read {
             // One unreadable page (Baton writes only valid JSON: corruption) must not hide
             // the run's other events: it is left out and reported.
-            let listed = match read_page(page) {
+            let listed = match listed {
                 Ok(listed) => listed,
                 Err(error) => {
                     tracing::warn!(%error, "leaving out an unreadable run event page");
@@ -147,7 +211,7 @@ impl Store {
             };
             events.extend(listed.into_iter().map(|event| StoredEvent {
                 id: event.id,
-                run_id: page.run_id.clone(),
+                run_id: run_id.to_string(),
                 seq: event.seq,
                 event_type: event.event_type,
                 payload: event.payload,
@@ -160,6 +224,37 @@ impl Store {
     }
 }
 
+/// A page with its text stripped, packed, or `None` when it had no text to strip. An
+/// unreadable page is emptied: its text cannot be told from the rest, and it cannot be read
+/// anyway, so retention still removes the text and the pass goes on (failing, it would stop
+/// at this page every pass).
+fn stripped_page(read: StoreResult<Vec<PagedEvent>>, run_id: &str) -> StoreResult<Option<Vec<u8>>> {
+    let mut stripped = false;
+    let events = match read {
+        Ok(mut events) => {
+            for event in &mut events {
+                let mut envelope = event.payload.to_value();
+                if strip_event_text(&mut envelope) {
+                    event.payload = RawJson::of(&envelope);
+                    stripped = true;
+                }
+            }
+            events
+        }
+        Err(error) => {
+            tracing::warn!(%error, "emptying an unreadable run event page past its retention");
+            stripped = true;
+            Vec::new()
+        }
+    };
+    if !stripped {
+        return Ok(None);
+    }
+    let json = serde_json::to_vec(&events)
+        .map_err(|error| StoreError::Corrupt("run event page", format!("run {run_id}: {error}")))?;
+    Ok(Some(packed_pages::pack(&json)))
+}
+
 /// Strips the text (prompts, answers, tool arguments and results) from the stored events of
 /// the tenant's runs `run_ids`, in `conn`'s transaction.
 pub(crate) async fn strip_text<C: ConnectionTrait>(
@@ -167,45 +262,35 @@ pub(crate) async fn strip_text<C: ConnectionTrait>(
     tenant: &TenantId,
     run_ids: &[String],
 ) -> StoreResult<()> {
+    for (run_id, packed) in page_in_run_row(conn, tenant, run_ids).await? {
+        let Some(packed) = stripped_page(read_page(Some(&packed), "", &run_id, 0), &run_id)? else {
+            continue;
+        };
+        runs::Entity::update_many()
+            .col_expr(runs::Column::EventPage, Expr::value(packed))
+            .filter(runs::Column::TenantId.eq(tenant.as_str()))
+            .filter(runs::Column::Id.eq(run_id.as_str()))
+            .exec(conn)
+            .await?;
+    }
     let pages = run_event_pages::Entity::find()
         .filter(run_event_pages::Column::TenantId.eq(tenant.as_str()))
         .filter(run_event_pages::Column::RunId.is_in(run_ids.iter().map(String::as_str)))
         .all(conn)
         .await?;
     for page in pages {
-        let mut stripped = false;
-        let events = match read_page(&page) {
-            Ok(mut events) => {
-                for event in &mut events {
-                    let mut envelope = event.payload.to_value();
-                    if strip_event_text(&mut envelope) {
-                        event.payload = RawJson::of(&envelope);
-                        stripped = true;
-                    }
-                }
-                events
-            }
-            Err(error) => {
-                // Its text cannot be told from the rest, and the page cannot be read anyway:
-                // it is emptied, so retention still removes the text and the pass goes on
-                // (failing, it would stop at this page every pass).
-                tracing::warn!(%error, "emptying an unreadable run event page past its retention");
-                stripped = true;
-                Vec::new()
-            }
-        };
-        if !stripped {
+        let read = read_page(
+            page.packed.as_deref(),
+            &page.events,
+            &page.run_id,
+            page.first_seq,
+        );
+        let Some(packed) = stripped_page(read, &page.run_id)? else {
             continue;
-        }
-        let json = serde_json::to_vec(&events).map_err(|error| {
-            StoreError::Corrupt("run event page", format!("run {}: {error}", page.run_id))
-        })?;
+        };
         run_event_pages::Entity::update_many()
             .col_expr(run_event_pages::Column::Events, Expr::value(String::new()))
-            .col_expr(
-                run_event_pages::Column::Packed,
-                Expr::value(packed_pages::pack(&json)),
-            )
+            .col_expr(run_event_pages::Column::Packed, Expr::value(packed))
             .filter(run_event_pages::Column::TenantId.eq(page.tenant_id.as_str()))
             .filter(run_event_pages::Column::RunId.eq(page.run_id.as_str()))
             .filter(run_event_pages::Column::FirstSeq.eq(page.first_seq))
@@ -250,7 +335,7 @@ mod tests {
             (a.clone(), event("r2", 0)),
             (b.clone(), event("r2", 1)),
         ];
-        let rows = page_rows(&events);
+        let rows = page_rows(pack_pages(&events));
         let width = PAGE_INSERT.width();
         assert_eq!(rows.len(), 3 * width, "r1 of a, r2 of a, r2 of b");
         assert_eq!(

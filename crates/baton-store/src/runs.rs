@@ -20,7 +20,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use crate::budgets::BudgetAlert;
 use crate::bulk::{BulkInsert, OnConflict};
 use crate::entity::{run_tags, runs};
-use crate::event_pages::{PAGE_INSERT, page_rows};
+use crate::event_pages::{PAGE_INSERT, pack_pages, page_rows};
 use crate::retention::TextSampling;
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreError, StoreResult};
@@ -40,8 +40,10 @@ fn push_run_row(
     record: &RunRecord,
     tenant: &str,
     customer_id: Option<&String>,
+    event_page: Option<Vec<u8>>,
     out: &mut Vec<Value>,
 ) {
+    let mut event_page = Some(event_page);
     use runs::Column as C;
     for column in C::iter() {
         out.push(match column {
@@ -97,6 +99,8 @@ fn push_run_row(
             C::CreatedAt => to_millis(record.created_at).into(),
             C::CompletedAt => record.completed_at.map(to_millis).into(),
             C::BudgetHolds => json_text(&record.budget_holds).into(),
+            // Each column comes once: the bytes move into their value.
+            C::EventPage => event_page.take().flatten().into(),
         });
     }
 }
@@ -133,6 +137,8 @@ static RUN_INSERT: LazyLock<BulkInsert> = LazyLock::new(|| {
     BulkInsert::of::<runs::Entity>(OnConflict::Update {
         key: C::Id.as_str(),
         columns: updated.iter().map(|c| c.as_str()).collect(),
+        // A retried write keeps the page stored with the run, as `run_event_pages` does.
+        kept: vec![C::EventPage.as_str()],
     })
 });
 static TAG_INSERT: LazyLock<BulkInsert> =
@@ -238,6 +244,23 @@ impl Store {
                 .into_iter()
                 .collect()
         };
+        // The page from a run's first event rides in its row when this batch writes the run
+        // finished (a one-call request: its one page); every other page is a page row.
+        let finished: HashSet<(&str, &str)> = records
+            .iter()
+            .filter(|r| r.status != RunStatus::Pending)
+            .filter_map(|r| Some((r.tenant.as_ref()?.as_str(), r.id.as_str())))
+            .collect();
+        let mut pages = pack_pages(events);
+        let mut in_rows: HashMap<(&str, &str), Vec<u8>> = HashMap::new();
+        pages.retain_mut(|page| {
+            let run = (page.tenant.as_str(), page.run_id);
+            if page.first_seq != 0 || !finished.contains(&run) || in_rows.contains_key(&run) {
+                return true;
+            }
+            in_rows.insert(run, std::mem::take(&mut page.packed));
+            false
+        });
         let mut rows: Vec<Value> = Vec::with_capacity(records.len() * RUN_INSERT.width());
         let mut ids: HashSet<&str> = HashSet::new();
         let mut tags: Vec<Value> = Vec::new();
@@ -256,7 +279,12 @@ impl Store {
             let customer_id = record.customer_external_id.as_ref().and_then(|external| {
                 customers.get(&(tenant.as_str().to_string(), external.clone()))
             });
-            push_run_row(record, tenant.as_str(), customer_id, &mut rows);
+            let event_page = if record.status == RunStatus::Pending {
+                None
+            } else {
+                in_rows.remove(&(tenant.as_str(), record.id.as_str()))
+            };
+            push_run_row(record, tenant.as_str(), customer_id, event_page, &mut rows);
             ids.insert(record.id.as_str());
             for tag in &record.tags {
                 for column in run_tags::Column::iter() {
@@ -273,7 +301,7 @@ impl Store {
         // Tags and events after every run row: they refer to their run.
         TAG_INSERT.insert(&txn, tags, self.array_rows).await?;
         PAGE_INSERT
-            .insert(&txn, page_rows(events), self.array_rows)
+            .insert(&txn, page_rows(pages), self.array_rows)
             .await?;
         // Spend counts against budgets in the same transaction as the rows: never twice, never
         // lost.

@@ -279,23 +279,7 @@ impl Store {
         flow: &str,
         window: Window,
     ) -> StoreResult<Vec<FlowRequest>> {
-        let roots = "SELECT id FROM runs WHERE tenant_id = ? AND parent_id IS NULL \
-            AND flow_name = ? AND created_at >= ? AND created_at < ?";
-        let sql = format!(
-            "SELECT r.id AS id, r.served_model AS served_model, r.status AS status, \
-             r.duration_ms AS duration_ms, r.created_at AS created_at, r.tool_calls AS tool_calls, \
-             t.tree_runs AS tree_runs, t.max_depth AS max_depth, \
-             t.tree_cost_credits AS tree_cost_credits, t.tree_raw_cost_credits AS tree_raw_cost_credits \
-             FROM runs r JOIN (SELECT root_id, COUNT(*) AS tree_runs, \
-               CAST(MAX(depth) AS BIGINT) AS max_depth, \
-               CAST(SUM(cost_credits) AS BIGINT) AS tree_cost_credits, \
-               CAST(SUM(raw_cost_credits) AS BIGINT) AS tree_raw_cost_credits \
-               FROM runs WHERE tenant_id = ? AND root_id IN ({roots}) GROUP BY root_id) t \
-             ON t.root_id = r.id \
-             WHERE r.tenant_id = ? AND r.parent_id IS NULL AND r.flow_name = ? \
-             AND r.status <> 'Pending' AND r.created_at >= ? AND r.created_at < ? \
-             ORDER BY r.created_at, r.id"
-        );
+        let sql = flow_requests_sql();
         let scope = |values: &mut Vec<Value>| {
             values.push(tenant.as_str().into());
             values.push(flow.into());
@@ -382,6 +366,34 @@ fn tag_totals_sql() -> String {
     )
 }
 
+/// The flow's finished root requests in a window with their trees' totals (parameters: the
+/// tenant, then tenant, flow, from, to for the roots, then again for the outer rows).
+fn flow_requests_sql() -> String {
+    let roots = "SELECT id FROM runs WHERE tenant_id = ? AND parent_id IS NULL \
+        AND flow_name = ? AND created_at >= ? AND created_at < ?";
+    // The tree's totals: the root's own row and its children's sums (the root index
+    // covers child runs only, as a root is found by its key).
+    format!(
+        "SELECT r.id AS id, r.served_model AS served_model, r.status AS status, \
+         r.duration_ms AS duration_ms, r.created_at AS created_at, r.tool_calls AS tool_calls, \
+         CAST(1 + COALESCE(t.child_runs, 0) AS BIGINT) AS tree_runs, \
+         CAST(CASE WHEN t.max_depth > r.depth THEN t.max_depth ELSE r.depth END AS BIGINT) \
+           AS max_depth, \
+         CAST(r.cost_credits + COALESCE(t.cost_credits, 0) AS BIGINT) AS tree_cost_credits, \
+         CAST(r.raw_cost_credits + COALESCE(t.raw_cost_credits, 0) AS BIGINT) \
+           AS tree_raw_cost_credits \
+         FROM runs r LEFT JOIN (SELECT root_id, COUNT(*) AS child_runs, \
+           MAX(depth) AS max_depth, SUM(cost_credits) AS cost_credits, \
+           SUM(raw_cost_credits) AS raw_cost_credits \
+           FROM runs WHERE tenant_id = ? AND parent_id IS NOT NULL \
+           AND root_id IN ({roots}) GROUP BY root_id) t \
+         ON t.root_id = r.id \
+         WHERE r.tenant_id = ? AND r.parent_id IS NULL AND r.flow_name = ? \
+         AND r.status <> 'Pending' AND r.created_at >= ? AND r.created_at < ? \
+         ORDER BY r.created_at, r.id"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,6 +423,26 @@ mod tests {
         assert!(
             panel_lookup.contains("run_id=?"),
             "the Panel check does not search by run id: {plan:?}"
+        );
+    }
+
+    /// The trees' totals read the children through the root index, which covers child runs
+    /// only: the query must name `parent_id IS NOT NULL` for SQLite (and PostgreSQL) to use it.
+    #[tokio::test]
+    async fn flow_trees_find_their_children_through_the_partial_root_index_on_sqlite() {
+        let store = crate::test_db::memory_store().await;
+        let mut values: Vec<Value> = vec!["t".into()];
+        for _ in 0..2 {
+            values.extend(["t".into(), "flow".into(), 0i64.into(), 1i64.into()]);
+        }
+        let plan = crate::test_db::sqlite_plan(
+            &store,
+            statement(DbBackend::Sqlite, &flow_requests_sql(), values),
+        )
+        .await;
+        assert!(
+            plan.iter().any(|line| line.contains("ix_runs_tenant_root")),
+            "the children are not read through the root index: {plan:?}"
         );
     }
 

@@ -83,6 +83,132 @@ async fn events_written_in_several_batches_read_back_once_and_in_order() {
     db.drop_database().await;
 }
 
+fn finished(tenant: &TenantId, id: &str, status: RunStatus) -> RunRecord {
+    let mut run = new_record(id.into(), tenant.clone(), RunKind::Chat, "m".into());
+    run.status = status;
+    run
+}
+
+fn events_of(
+    tenant: &TenantId,
+    run: &str,
+    seqs: std::ops::Range<u32>,
+) -> Vec<(TenantId, StoredEvent)> {
+    seqs.map(|seq| (tenant.clone(), event(run, seq, "usageUpdate")))
+        .collect()
+}
+
+async fn count(db: &DatabaseConnection, table: &str, condition: &str) -> i64 {
+    let mut select = Query::select();
+    select
+        .expr(Expr::cust("COUNT(*)"))
+        .from(Alias::new(table))
+        .and_where(Expr::cust(condition.to_string()));
+    let row = db.query_one(&select).await.unwrap().unwrap();
+    row.try_get_by_index::<i64>(0).unwrap()
+}
+
+/// Where each run's events went: (in its row, page rows).
+async fn placement(db: &DatabaseConnection, run: &str) -> (bool, i64) {
+    let in_row = count(
+        db,
+        "runs",
+        &format!("id = '{run}' AND event_page IS NOT NULL"),
+    )
+    .await;
+    let pages = count(db, "run_event_pages", &format!("run_id = '{run}'")).await;
+    (in_row == 1, pages)
+}
+
+#[tokio::test]
+async fn the_page_written_with_a_finished_run_rides_in_its_row_and_survives_a_downgrade() {
+    let db = database("row_page").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let other = store.create_tenant("other").await.unwrap().id;
+    let raw = Database::connect(db.url()).await.unwrap();
+    let pending = |id: &str| finished(&tenant, id, RunStatus::Pending);
+    let done = |id: &str| finished(&tenant, id, RunStatus::Succeeded);
+
+    // one-call: the finished row and its events in one batch, written twice (a retry).
+    let one_call = events_of(&tenant, "one-call", 0..4);
+    for _ in 0..2 {
+        store
+            .write_runs(&[done("one-call")], &one_call)
+            .await
+            .unwrap();
+    }
+    // queued: its pending row in an earlier batch; same-batch: pending and finished together.
+    store.write_runs(&[pending("queued")], &[]).await.unwrap();
+    let queued = events_of(&tenant, "queued", 0..2);
+    store.write_runs(&[done("queued")], &queued).await.unwrap();
+    let same_batch = events_of(&tenant, "same-batch", 0..2);
+    store
+        .write_runs(&[pending("same-batch"), done("same-batch")], &same_batch)
+        .await
+        .unwrap();
+    // split: the events came a batch after the row; later: the events do not start at the
+    // run's first; still-running: a pending row.
+    store.write_runs(&[done("split")], &[]).await.unwrap();
+    let split = events_of(&tenant, "split", 0..2);
+    store.write_runs(&[], &split).await.unwrap();
+    let later = events_of(&tenant, "later", 3..5);
+    store.write_runs(&[done("later")], &later).await.unwrap();
+    let running = events_of(&tenant, "running", 0..1);
+    store
+        .write_runs(&[pending("running")], &running)
+        .await
+        .unwrap();
+
+    let expected = [
+        ("one-call", &one_call, (true, 0)),
+        ("queued", &queued, (true, 0)),
+        ("same-batch", &same_batch, (true, 0)),
+        ("split", &split, (false, 1)),
+        ("later", &later, (false, 1)),
+        ("running", &running, (false, 1)),
+    ];
+    let events = |list: &Vec<(TenantId, StoredEvent)>| -> Vec<StoredEvent> {
+        list.iter().map(|(_, e)| e.clone()).collect()
+    };
+    for (run, written, stored) in expected {
+        assert_eq!(placement(&raw, run).await, stored, "{run}");
+        let read = store.run_events(&tenant, run).await.unwrap();
+        assert_eq!(summary(&read), summary(&events(written)), "{run}");
+        assert!(
+            store.run_events(&other, run).await.unwrap().is_empty(),
+            "{run}"
+        );
+    }
+    // A later write of the finished run without its events keeps the page.
+    store.write_runs(&[done("one-call")], &[]).await.unwrap();
+    assert_eq!(placement(&raw, "one-call").await, (true, 0));
+
+    // Down: the pages in rows become page rows from the run's first event; read the same.
+    Migrator::down(&raw, Some(1)).await.unwrap();
+    assert_eq!(
+        count(
+            &raw,
+            "run_event_pages",
+            "first_seq = 0 AND run_id IN ('one-call', 'queued', 'same-batch')"
+        )
+        .await,
+        3
+    );
+    Migrator::up(&raw, None).await.unwrap();
+    for (run, written, _) in expected {
+        assert!(!placement(&raw, run).await.0, "{run}");
+        let read = store.run_events(&tenant, run).await.unwrap();
+        assert_eq!(
+            summary(&read),
+            summary(&events(written)),
+            "{run} after down and up"
+        );
+    }
+    raw.close().await.unwrap();
+    db.drop_database().await;
+}
+
 async fn legacy_event_count(db: &DatabaseConnection) -> i64 {
     let mut count = Query::select();
     count
@@ -191,8 +317,8 @@ async fn the_migration_carries_per_event_rows_to_pages_and_back() {
     scratch.remove().await;
 }
 
-/// The first page of the run whose page the test corrupts.
-const BROKEN_PAGE: &str = "run_id = 'run-broken' AND first_seq = 0";
+/// Bytes no page unpacks from.
+const NOT_A_PAGE: &[u8] = b"\x10\0\0\0not lz4";
 
 /// A run 10 days old with its prompt and answer kept, and its one event page.
 fn old_run_with_text(tenant: &TenantId, id: &str) -> (RunRecord, (TenantId, StoredEvent)) {
@@ -210,26 +336,54 @@ fn old_run_with_text(tenant: &TenantId, id: &str) -> (RunRecord, (TenantId, Stor
     (run, (tenant.clone(), completed))
 }
 
+/// Overwrites the stored page `column` of `table` where `condition` holds.
+async fn corrupt(db: &DatabaseConnection, table: &str, column: &str, condition: &str) {
+    let mut update = Query::update();
+    update
+        .table(Alias::new(table))
+        .value(Alias::new(column), NOT_A_PAGE.to_vec())
+        .and_where(Expr::cust(condition.to_string()));
+    assert_eq!(db.execute(&update).await.unwrap().rows_affected(), 1);
+}
+
+async fn stored_bytes(
+    db: &DatabaseConnection,
+    table: &str,
+    column: &str,
+    condition: &str,
+) -> Vec<u8> {
+    let mut select = Query::select();
+    select
+        .column(Alias::new(column))
+        .from(Alias::new(table))
+        .and_where(Expr::cust(condition.to_string()));
+    let row = db.query_one(&select).await.unwrap().unwrap();
+    row.try_get_by_index::<Vec<u8>>(0).unwrap()
+}
+
 #[tokio::test]
 async fn an_unreadable_page_is_left_out_of_reads_and_emptied_by_retention() {
     let db = database("corrupt").await;
     let store = &db.store;
     let tenant = store.create_tenant("t").await.unwrap().id;
+    // run-broken's first page rides in its row, its later page is a page row; run-split's
+    // one page came in a batch after its row, so it is a page row.
     let (broken_run, broken_page) = old_run_with_text(&tenant, "run-broken");
     let (sound_run, sound_page) = old_run_with_text(&tenant, "run-sound");
+    let (split_run, split_page) = old_run_with_text(&tenant, "run-split");
     let later = (tenant.clone(), event("run-broken", 1, "requestCompleted"));
     store
-        .write_runs(&[broken_run, sound_run], &[broken_page, sound_page])
+        .write_runs(
+            &[broken_run, sound_run, split_run],
+            &[broken_page, sound_page],
+        )
         .await
         .unwrap();
-    store.write_runs(&[], &[later]).await.unwrap();
+    store.write_runs(&[], &[later, split_page]).await.unwrap();
     let raw = Database::connect(db.url()).await.unwrap();
-    let mut corrupt = Query::update();
-    corrupt
-        .table(Alias::new("run_event_pages"))
-        .value(Alias::new("packed"), b"\x10\0\0\0not lz4".to_vec())
-        .and_where(Expr::cust(BROKEN_PAGE));
-    raw.execute(&corrupt).await.unwrap();
+    corrupt(&raw, "runs", "event_page", "id = 'run-broken'").await;
+    let split_row = "run_id = 'run-split' AND first_seq = 0";
+    corrupt(&raw, "run_event_pages", "packed", split_row).await;
 
     let read = store.run_events(&tenant, "run-broken").await.unwrap();
     assert_eq!(
@@ -237,17 +391,24 @@ async fn an_unreadable_page_is_left_out_of_reads_and_emptied_by_retention() {
         [1],
         "the readable page's events are still served"
     );
-    // Retention goes on past the page: both runs stripped, the page emptied.
-    assert_eq!(store.strip_expired_text(&tenant, 7, 10).await.unwrap(), 2);
+    assert!(
+        store
+            .run_events(&tenant, "run-split")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Retention goes on past the pages: every run stripped, the unreadable pages emptied.
+    assert_eq!(store.strip_expired_text(&tenant, 7, 10).await.unwrap(), 3);
     let sound = store.run_events(&tenant, "run-sound").await.unwrap();
     assert!(sound[0].payload.to_value()["data"]["result"].is_null());
-    let mut page = Query::select();
-    page.column(Alias::new("packed"))
-        .from(Alias::new("run_event_pages"))
-        .and_where(Expr::cust(BROKEN_PAGE));
-    let row = raw.query_one(&page).await.unwrap().unwrap();
-    let packed = row.try_get_by_index::<Vec<u8>>(0).unwrap();
-    assert_eq!(packed_pages::unpack(&packed).unwrap(), b"[]");
+    for (table, column, condition) in [
+        ("runs", "event_page", "id = 'run-broken'"),
+        ("run_event_pages", "packed", split_row),
+    ] {
+        let packed = stored_bytes(&raw, table, column, condition).await;
+        assert_eq!(packed_pages::unpack(&packed).unwrap(), b"[]", "{table}");
+    }
     raw.close().await.unwrap();
     db.drop_database().await;
 }
@@ -259,7 +420,10 @@ async fn pages_are_stored_packed_and_pages_from_before_are_read_and_stripped() {
     let tenant = store.create_tenant("t").await.unwrap().id;
     let (run, page) = old_run_with_text(&tenant, "run-new");
     let written = page.1.clone();
-    store.write_runs(&[run], &[page]).await.unwrap();
+    // A page in a batch of its own is a page row (one written with its finished run rides in
+    // the run's row).
+    store.write_runs(&[run], &[]).await.unwrap();
+    store.write_runs(&[], &[page]).await.unwrap();
     let raw = Database::connect(db.url()).await.unwrap();
     let mut stored = Query::select();
     stored

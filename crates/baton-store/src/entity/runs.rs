@@ -53,6 +53,10 @@ pub struct Model {
     pub completed_at: Option<i64>,
     /// JSON array of the budget holds the run carries until it is finished.
     pub budget_holds: String,
+    /// The packed page of the run's events written with its finished row, from its first
+    /// event (`crate::event_pages`); other pages are `run_event_pages` rows.
+    #[sea_orm(column_type = "Blob", nullable)]
+    pub event_page: Option<Vec<u8>>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
