@@ -1,8 +1,10 @@
 //! The invocation log's batch write, the database work behind every logged request: 256
 //! one-call runs, each with its run row and its page of four lifecycle events (shaped like a
-//! plain chat completion's), committed in one transaction to a SQLite file, as the log writer
-//! does. `cargo xtask bench` (or `cargo bench -p baton-store`); figures in
-//! docs/performance.md ("Packed event pages").
+//! plain chat completion's), committed in one transaction, as the log writer does: to a SQLite
+//! file, and to a fresh PostgreSQL database when `BATON_TEST_DATABASE_URL` names a server (the
+//! time then includes the server's work: it runs on the same machine). `cargo xtask bench` (or
+//! `cargo bench -p baton-store`); figures in docs/performance.md ("Packed event pages", "One
+//! row a run").
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -94,21 +96,19 @@ fn batch(tenant: &TenantId) -> (Vec<RunRecord>, Vec<(TenantId, StoredEvent)>) {
     (runs, events)
 }
 
-fn run_log(c: &mut Criterion) {
+/// Writes batches to `url`'s database as `name`.
+fn write_batches(c: &mut Criterion, name: &str, url: String) {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
-    let dir = std::env::temp_dir().join(format!("baton_bench_run_log_{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let url = format!("sqlite://{}", dir.join("log.db").display());
     let (store, tenant) = runtime.block_on(async {
         let store = Store::connect(&StoreOptions::new(url)).await.unwrap();
         store.migrate().await.unwrap();
         let tenant = store.create_tenant("bench").await.unwrap().id;
         (store, tenant)
     });
-    c.bench_function("write_256_one_call_runs_sqlite", |b| {
+    c.bench_function(name, |b| {
         b.iter_batched(
             || batch(&tenant),
             |(runs, events)| {
@@ -120,7 +120,37 @@ fn run_log(c: &mut Criterion) {
         );
     });
     runtime.block_on(async { store.close().await.unwrap() });
+}
+
+fn run_log(c: &mut Criterion) {
+    let dir = std::env::temp_dir().join(format!("baton_bench_run_log_{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let url = format!("sqlite://{}", dir.join("log.db").display());
+    write_batches(c, "write_256_one_call_runs_sqlite", url);
     let _ = std::fs::remove_dir_all(&dir);
+
+    let Some(admin) = std::env::var("BATON_TEST_DATABASE_URL")
+        .ok()
+        .filter(|url| url.starts_with("postgres"))
+    else {
+        return;
+    };
+    let provision = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let name = format!("baton_bench_run_log_{}", std::process::id());
+    let url = provision
+        .block_on(baton_store::provision::create_postgres_database(
+            &admin, &name,
+        ))
+        .unwrap();
+    write_batches(c, "write_256_one_call_runs_postgres", url);
+    provision
+        .block_on(baton_store::provision::drop_postgres_database(
+            &admin, &name,
+        ))
+        .unwrap();
 }
 
 criterion_group!(benches, run_log);
