@@ -156,8 +156,8 @@ fn read_page(
     }
 }
 
-/// The page a run's row carries, if any (`runs.event_page`: the page written with its
-/// finished row, from its first event).
+/// The pages the rows of the tenant's runs `run_ids` carry, by run id (`runs.event_page`:
+/// the page written with a run's finished row, from its first event; most runs have one).
 async fn page_in_run_row<C: ConnectionTrait>(
     conn: &C,
     tenant: &TenantId,
