@@ -83,7 +83,7 @@ async fn events_written_in_several_batches_read_back_once_and_in_order() {
     db.drop_database().await;
 }
 
-fn finished(tenant: &TenantId, id: &str, status: RunStatus) -> RunRecord {
+fn run_with_status(tenant: &TenantId, id: &str, status: RunStatus) -> RunRecord {
     let mut run = new_record(id.into(), tenant.clone(), RunKind::Chat, "m".into());
     run.status = status;
     run
@@ -127,8 +127,8 @@ async fn the_page_written_with_a_finished_run_rides_in_its_row_and_survives_a_do
     let tenant = store.create_tenant("t").await.unwrap().id;
     let other = store.create_tenant("other").await.unwrap().id;
     let raw = Database::connect(db.url()).await.unwrap();
-    let pending = |id: &str| finished(&tenant, id, RunStatus::Pending);
-    let done = |id: &str| finished(&tenant, id, RunStatus::Succeeded);
+    let pending = |id: &str| run_with_status(&tenant, id, RunStatus::Pending);
+    let done = |id: &str| run_with_status(&tenant, id, RunStatus::Succeeded);
 
     // one-call: the finished row and its events in one batch, written twice (a retry).
     let one_call = events_of(&tenant, "one-call", 0..4);
