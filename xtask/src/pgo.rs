@@ -16,7 +16,19 @@
 //!    installed from Debian's `llvm-N` when missing and run as root);
 //! 4. `baton` built with `-Cprofile-use` (`optimized/`), copied to `target/pgo/baton`.
 //!
-//! `cargo xtask bench load --pgo` and `cargo xtask bench instructions --pgo` measure that binary.
+//! With `--bolt`, step 4 links with relocations kept (`--emit-relocs`), and BOLT lays out that
+//! binary's machine code once more after linking, from a profile of its own:
+//!
+//! 5. `llvm-bolt -instrument` of the profile-guided binary (`bolt/baton-instrumented`), the same
+//!    training load again, the per-process profiles merged with `merge-fdata`;
+//! 6. `llvm-bolt` with that profile: basic blocks reordered within functions, hot functions
+//!    placed together, cold blocks split out, identical functions folded; the result is
+//!    `target/pgo/baton`, and the profile-guided binary alone stays as `target/pgo/baton-pgo`
+//!    for comparison. BOLT comes from Debian's `bolt-N` of rustc's LLVM (installed when missing
+//!    and run as root).
+//!
+//! `cargo xtask bench load --pgo` and `cargo xtask bench instructions --pgo` measure
+//! `target/pgo/baton`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,7 +40,7 @@ use crate::load::driver::{self, Target};
 use crate::load::procs::{self, BatonSpec, TempDir};
 use crate::load::{baton_target, target_dir, workspace_root};
 
-const USAGE: &str = "usage: cargo xtask pgo [--requests N]";
+const USAGE: &str = "usage: cargo xtask pgo [--requests N] [--bolt]";
 
 /// Where the profile-guided `baton` is left.
 pub(crate) fn baton_path() -> PathBuf {
@@ -53,6 +65,7 @@ pub(crate) fn measured_baton(pgo: bool, bins: &Path) -> anyhow::Result<PathBuf> 
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let mut requests: u64 = 3_000;
+    let mut bolt = false;
     let mut args = args.iter();
     while let Some(flag) = args.next() {
         match flag.as_str() {
@@ -63,12 +76,22 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                     .parse()
                     .context("--requests")?;
             }
+            "--bolt" => bolt = true,
             "--help" | "-h" => bail!("{USAGE}"),
             other => bail!("unknown option {other:?}\n{USAGE}"),
         }
     }
     let rustc = Rustc::query()?;
-    let profdata = llvm_profdata(rustc.llvm_major)?;
+    let profdata = llvm_tool(&LLVM_PROFDATA, rustc.llvm_major)?;
+    // Found before the long builds, so a missing BOLT fails at once.
+    let bolt_tools = if bolt {
+        Some((
+            llvm_tool(&LLVM_BOLT, rustc.llvm_major)?,
+            llvm_tool(&MERGE_FDATA, rustc.llvm_major)?,
+        ))
+    } else {
+        None
+    };
     let dir = target_dir().join("pgo");
     let raw = dir.join("profiles");
     // Profiles of an earlier build would describe other code.
@@ -89,7 +112,13 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(train(&instrumented, &raw, requests))?;
+    // `%m` keeps the processes' files apart; `%p` too.
+    let profile_file = raw.join("baton-%p-%m.profraw").display().to_string();
+    runtime.block_on(train(
+        &instrumented,
+        &[("LLVM_PROFILE_FILE", profile_file)],
+        requests,
+    ))?;
 
     let merged = dir.join("baton.profdata");
     let mut profiles: Vec<PathBuf> = std::fs::read_dir(&raw)?
@@ -112,14 +141,123 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     ensure!(status.success(), "llvm-profdata merge failed");
 
     eprintln!("pgo: building baton with the profile");
-    let built = build_baton(
-        &rustc.host,
-        &dir.join("optimized"),
-        &format!("-Cprofile-use={}", merged.display()),
-    )?;
-    std::fs::copy(&built, baton_path())
-        .with_context(|| format!("copying {} to {}", built.display(), baton_path().display()))?;
+    let mut rustflags = format!("-Cprofile-use={}", merged.display());
+    if bolt_tools.is_some() {
+        // BOLT moves functions only in a binary that kept its relocations.
+        rustflags.push_str(" -Clink-arg=-Wl,--emit-relocs");
+    }
+    let built = build_baton(&rustc.host, &dir.join("optimized"), &rustflags)?;
+    match bolt_tools {
+        Some((llvm_bolt, merge_fdata)) => {
+            let profile_guided = dir.join("baton-pgo");
+            copy(&built, &profile_guided)?;
+            runtime.block_on(bolt_optimize(
+                &profile_guided,
+                &dir.join("bolt"),
+                &llvm_bolt,
+                &merge_fdata,
+                requests,
+            ))?;
+        }
+        None => copy(&built, &baton_path())?,
+    }
     eprintln!("pgo: wrote {}", baton_path().display());
+    Ok(())
+}
+
+fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
+    std::fs::copy(from, to)
+        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+    Ok(())
+}
+
+/// Steps 5 and 6: BOLT's instrumented `profile_guided`, trained in `work`, then the optimised
+/// binary written to `baton_path()`.
+async fn bolt_optimize(
+    profile_guided: &Path,
+    work: &Path,
+    llvm_bolt: &Path,
+    merge_fdata: &Path,
+    requests: u64,
+) -> anyhow::Result<()> {
+    if work.exists() {
+        std::fs::remove_dir_all(work).with_context(|| format!("clearing {}", work.display()))?;
+    }
+    std::fs::create_dir_all(work)?;
+    let instrumented = work.join("baton-instrumented");
+    let prefix = work.join("prof.fdata");
+    eprintln!("pgo: instrumenting the profile-guided baton with BOLT");
+    run_tool(
+        Command::new(llvm_bolt)
+            .arg(profile_guided)
+            .arg("-instrument")
+            .arg(format!("--instrumentation-file={}", prefix.display()))
+            // Each process writes its own file (`prof.fdata.<pid>`), merged below.
+            .arg("--instrumentation-file-append-pid")
+            .arg("-o")
+            .arg(&instrumented),
+    )?;
+
+    eprintln!("pgo: training the BOLT-instrumented baton ({requests} requests a configuration)");
+    train(&instrumented, &[], requests).await?;
+    let mut profiles: Vec<PathBuf> = std::fs::read_dir(work)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("prof.fdata."))
+        })
+        .collect();
+    profiles.sort();
+    ensure!(
+        !profiles.is_empty(),
+        "the BOLT training runs wrote no profile into {}",
+        work.display()
+    );
+    let merged = work.join("baton.fdata");
+    let output = Command::new(merge_fdata)
+        .args(&profiles)
+        .output()
+        .with_context(|| format!("running {}", merge_fdata.display()))?;
+    ensure!(
+        output.status.success(),
+        "merge-fdata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::write(&merged, &output.stdout)?;
+
+    eprintln!("pgo: optimising the layout with BOLT");
+    run_tool(
+        Command::new(llvm_bolt)
+            .arg(profile_guided)
+            .arg("-o")
+            .arg(baton_path())
+            .arg(format!("-data={}", merged.display()))
+            // The options rustc's own release build uses (src/tools/opt-dist/src/bolt.rs).
+            .args([
+                "-reorder-blocks=ext-tsp",
+                "-reorder-functions=cdsort",
+                "-split-functions",
+                "-split-strategy=cdsplit",
+                "-split-all-cold",
+                "-jump-tables=move",
+                "-icf=all",
+                "-dyno-stats",
+            ]),
+    )
+}
+
+/// Runs an LLVM tool, its output shown only when it fails (BOLT prints pages of statistics).
+fn run_tool(command: &mut Command) -> anyhow::Result<()> {
+    let output = command
+        .output()
+        .with_context(|| format!("running {command:?}"))?;
+    ensure!(
+        output.status.success(),
+        "{command:?} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     Ok(())
 }
 
@@ -158,22 +296,52 @@ impl Rustc {
     }
 }
 
-/// An `llvm-profdata` of LLVM `major` (a profile written by one LLVM is read by the same
-/// major version): `llvm-profdata-N` on `PATH`, Debian's `/usr/lib/llvm-N`, rustup's
-/// `llvm-tools`; else Debian's `llvm-N` installed with apt when running as root.
-fn llvm_profdata(major: u32) -> anyhow::Result<PathBuf> {
+/// An LLVM tool the build needs, and where it comes from.
+struct LlvmTool {
+    /// Its name in `/usr/lib/llvm-N/bin` (and, with `-N` appended, on `PATH`).
+    name: &'static str,
+    /// Debian's package of it, with `-N` appended.
+    package: &'static str,
+    /// Whether rustup's `llvm-tools` component has it.
+    in_rustup: bool,
+}
+
+const LLVM_PROFDATA: LlvmTool = LlvmTool {
+    name: "llvm-profdata",
+    package: "llvm",
+    in_rustup: true,
+};
+const LLVM_BOLT: LlvmTool = LlvmTool {
+    name: "llvm-bolt",
+    package: "bolt",
+    in_rustup: false,
+};
+const MERGE_FDATA: LlvmTool = LlvmTool {
+    name: "merge-fdata",
+    package: "bolt",
+    in_rustup: false,
+};
+
+/// `tool` of LLVM `major` (a profile written by one LLVM is read by the same major version):
+/// `NAME-N` on `PATH`, Debian's `/usr/lib/llvm-N`, rustup's `llvm-tools`; else Debian's
+/// package installed with apt when running as root.
+fn llvm_tool(tool: &LlvmTool, major: u32) -> anyhow::Result<PathBuf> {
+    let name = tool.name;
     let candidates = || {
         let mut found = vec![
-            PathBuf::from(format!("llvm-profdata-{major}")),
-            PathBuf::from(format!("/usr/lib/llvm-{major}/bin/llvm-profdata")),
+            PathBuf::from(format!("{name}-{major}")),
+            PathBuf::from(format!("/usr/lib/llvm-{major}/bin/{name}")),
         ];
+        if !tool.in_rustup {
+            return found;
+        }
         if let Ok(output) = Command::new("rustc").args(["--print", "sysroot"]).output() {
             let sysroot = String::from_utf8_lossy(&output.stdout).trim().to_string();
             if let Ok(entries) = std::fs::read_dir(Path::new(&sysroot).join("lib/rustlib")) {
                 found.extend(
                     entries
                         .filter_map(Result::ok)
-                        .map(|entry| entry.path().join("bin").join("llvm-profdata")),
+                        .map(|entry| entry.path().join("bin").join(name)),
                 );
             }
         }
@@ -192,17 +360,21 @@ fn llvm_profdata(major: u32) -> anyhow::Result<PathBuf> {
     if let Some(found) = candidates().into_iter().find(of_major) {
         return Ok(found);
     }
-    let package = format!("llvm-{major}");
+    let package = format!("{}-{major}", tool.package);
     let is_root = Command::new("id")
         .arg("-u")
         .output()
         .is_ok_and(|output| String::from_utf8_lossy(&output.stdout).trim() == "0");
+    let rustup_hint = if tool.in_rustup {
+        " or rustup's `llvm-tools` component"
+    } else {
+        ""
+    };
     ensure!(
         is_root && Path::new("/usr/bin/apt-get").exists(),
-        "no llvm-profdata of LLVM {major} (rustc's): install Debian's `{package}` or rustup's \
-         `llvm-tools` component"
+        "no {name} of LLVM {major} (rustc's): install Debian's `{package}`{rustup_hint}"
     );
-    eprintln!("pgo: installing {package} (llvm-profdata of rustc's LLVM {major})");
+    eprintln!("pgo: installing {package} ({name} of rustc's LLVM {major})");
     let status = Command::new("apt-get")
         .args(["install", "-y", "-q", &package])
         .env("DEBIAN_FRONTEND", "noninteractive")
@@ -212,7 +384,7 @@ fn llvm_profdata(major: u32) -> anyhow::Result<PathBuf> {
     candidates()
         .into_iter()
         .find(of_major)
-        .with_context(|| format!("{package} installed no llvm-profdata of LLVM {major}"))
+        .with_context(|| format!("{package} installed no {name} of LLVM {major}"))
 }
 
 /// `baton` built for `host` into `target_dir` with `rustflags`; the binary's path.
@@ -253,8 +425,8 @@ fn cargo_build(
 }
 
 /// The training load: each configuration of the load benchmark's Baton (invocation log on
-/// SQLite, and off), its profile written when it exits on `SIGTERM`.
-async fn train(baton: &Path, raw: &Path, requests: u64) -> anyhow::Result<()> {
+/// SQLite, and off), run with `env`, its profile written when it exits on `SIGTERM`.
+async fn train(baton: &Path, env: &[(&str, String)], requests: u64) -> anyhow::Result<()> {
     let bins = target_dir().join("release");
     let (_mock, mock_addr) = procs::start_mock(&bins, &procs::bench_mock_args(0), None)?;
     let client = driver::client()?;
@@ -264,11 +436,10 @@ async fn train(baton: &Path, raw: &Path, requests: u64) -> anyhow::Result<()> {
         let (process, address) = procs::start_baton(&BatonSpec {
             program: baton.to_path_buf(),
             invocation_log: logged,
-            env: vec![(
-                // `%m` keeps the processes' files apart; `%p` too.
-                "LLVM_PROFILE_FILE".into(),
-                raw.join("baton-%p-%m.profraw").display().to_string(),
-            )],
+            env: env
+                .iter()
+                .map(|(name, value)| ((*name).into(), value.clone()))
+                .collect(),
             ..BatonSpec::new(&bins, &dir.0, &mock_addr, &database)
         })?;
         let target = baton_target(&address);

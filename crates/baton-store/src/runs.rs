@@ -40,10 +40,9 @@ fn push_run_row(
     record: &RunRecord,
     tenant: &str,
     customer_id: Option<&String>,
-    event_page: Option<Vec<u8>>,
+    mut event_page: Option<Vec<u8>>,
     out: &mut Vec<Value>,
 ) {
-    let mut event_page = Some(event_page);
     use runs::Column as C;
     for column in C::iter() {
         out.push(match column {
@@ -100,7 +99,7 @@ fn push_run_row(
             C::CompletedAt => record.completed_at.map(to_millis).into(),
             C::BudgetHolds => json_text(&record.budget_holds).into(),
             // Each column comes once: the bytes move into their value.
-            C::EventPage => event_page.take().flatten().into(),
+            C::EventPage => event_page.take().into(),
         });
     }
 }

@@ -25,7 +25,7 @@ use super::procs::{self, BatonSpec, TempDir};
 use super::{baton_target, build, target_dir};
 
 const USAGE: &str = "usage: cargo xtask bench instructions [--requests N] [--warm-up N] \
-                     [--gateways sqlite,nolog] [--pgo]";
+                     [--gateways sqlite,nolog] [--pgo] [--cache-sim]";
 
 /// Runs per log batch (the default's size), given a minute to fill.
 const LOG_BATCH: u64 = 256;
@@ -37,6 +37,10 @@ struct Options {
     logged: Vec<bool>,
     /// Count the profile-guided `baton` of `cargo xtask pgo` instead of the release build's.
     pgo: bool,
+    /// Simulate the caches too (callgrind's `--cache-sim=yes`): instruction-cache misses a
+    /// request show how compactly the code a request runs is laid out, which the instruction
+    /// count does not (a layout change such as BOLT's moves them, not the count).
+    cache_sim: bool,
 }
 
 impl Options {
@@ -49,6 +53,7 @@ impl Options {
             warm_up: 2 * LOG_BATCH,
             logged: vec![true, false],
             pgo: false,
+            cache_sim: false,
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
@@ -70,6 +75,7 @@ impl Options {
                         .collect::<anyhow::Result<_>>()?;
                 }
                 "--pgo" => options.pgo = true,
+                "--cache-sim" => options.cache_sim = true,
                 "--help" | "-h" => bail!("{USAGE}"),
                 other => bail!("unknown option {other:?}\n{USAGE}"),
             }
@@ -121,24 +127,47 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
             program: &program,
             mock_addr: &mock_addr,
             logged,
+            cache_sim: options.cache_sim,
         };
         let base = count(&run, options.warm_up, &keep("warm-up")).await?;
         eprintln!("bench: {name}: warm-up and {} requests", options.requests);
         let total = count(&run, options.warm_up + options.requests, &keep("requests")).await?;
-        let per_request = total.saturating_sub(base) as f64 / options.requests as f64;
-        eprintln!("bench: {name}: {per_request:.0} instructions per request");
-        results.push(json!({
+        let per_request = |event: &str| {
+            let of = |totals: &[(String, u64)]| {
+                totals
+                    .iter()
+                    .find(|(name, _)| name == event)
+                    .map_or(0, |(_, count)| *count)
+            };
+            of(&total).saturating_sub(of(&base)) as f64 / options.requests as f64
+        };
+        let instructions = per_request("Ir");
+        eprintln!("bench: {name}: {instructions:.0} instructions per request");
+        let mut result = json!({
             "gateway": name,
-            "instructions_per_request": per_request.round(),
-            "total_warm_up_only": base,
-            "total_with_requests": total,
+            "instructions_per_request": instructions.round(),
+            "total_warm_up_only": base.first().map(|(_, count)| count),
+            "total_with_requests": total.first().map(|(_, count)| count),
             "callgrind_files": [keep("warm-up"), keep("requests")],
-        }));
+        });
+        if options.cache_sim {
+            // I1mr: first-level instruction-cache misses; ILmr: of those, last-level misses.
+            let misses = json!({
+                "I1mr": per_request("I1mr").round(),
+                "ILmr": per_request("ILmr").round(),
+                "D1mr": per_request("D1mr").round(),
+                "DLmr": per_request("DLmr").round(),
+            });
+            eprintln!("bench: {name}: cache misses per request {misses}");
+            result["cache_misses_per_request"] = misses;
+        }
+        results.push(result);
     }
     Ok(json!({
         "requests": options.requests,
         "warm_up": options.warm_up,
         "pgo": options.pgo,
+        "cache_sim": options.cache_sim,
         "results": results,
     }))
 }
@@ -149,11 +178,13 @@ struct Run<'a> {
     program: &'a Path,
     mock_addr: &'a str,
     logged: bool,
+    cache_sim: bool,
 }
 
-/// Every instruction Baton runs from start to exit, with `requests` requests sent in between;
-/// callgrind's file is kept at `keep` (for `callgrind_annotate`, per function).
-async fn count(run: &Run<'_>, requests: u64, keep: &Path) -> anyhow::Result<u64> {
+/// Every instruction Baton runs from start to exit (and, simulating the caches, every miss),
+/// with `requests` requests sent in between: callgrind's totals by event, instructions (`Ir`)
+/// first. Its file is kept at `keep` (for `callgrind_annotate`, per function).
+async fn count(run: &Run<'_>, requests: u64, keep: &Path) -> anyhow::Result<Vec<(String, u64)>> {
     let dir = TempDir::new("instructions")?;
     let output = dir.0.join("callgrind.out");
     let database = format!("sqlite://{}", dir.0.join("baton.db").display());
@@ -164,6 +195,7 @@ async fn count(run: &Run<'_>, requests: u64, keep: &Path) -> anyhow::Result<u64>
             "valgrind".into(),
             "--tool=callgrind".into(),
             format!("--callgrind-out-file={}", output.display()),
+            format!("--cache-sim={}", if run.cache_sim { "yes" } else { "no" }),
         ],
         env: vec![
             // Load shedding's probes tick every 20 ms by the clock: how many fall within a run
@@ -197,18 +229,24 @@ async fn count(run: &Run<'_>, requests: u64, keep: &Path) -> anyhow::Result<u64>
     Ok(totals)
 }
 
-fn totals(path: &Path) -> anyhow::Result<u64> {
+fn totals(path: &Path) -> anyhow::Result<Vec<(String, u64)>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading callgrind's output {}", path.display()))?;
-    parse_totals(&text).with_context(|| format!("no totals line in {}", path.display()))
+    parse_totals(&text).with_context(|| format!("no events and totals in {}", path.display()))
 }
 
-/// The `totals:` line of a callgrind output file (its first event: instructions).
-fn parse_totals(text: &str) -> Option<u64> {
-    text.lines()
-        .find_map(|line| line.strip_prefix("totals:"))
-        .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|count| count.parse().ok())
+/// The `totals:` line of a callgrind output file, each count named by the `events:` line.
+fn parse_totals(text: &str) -> Option<Vec<(String, u64)>> {
+    let field = |name: &str| text.lines().find_map(|line| line.strip_prefix(name));
+    let events = field("events:")?.split_whitespace();
+    let counts = field("totals:")?
+        .split_whitespace()
+        .map(|count| count.parse().ok());
+    let totals: Option<Vec<(String, u64)>> = events
+        .zip(counts)
+        .map(|(event, count)| Some((event.to_string(), count?)))
+        .collect();
+    totals.filter(|totals| totals.first().is_some_and(|(event, _)| event == "Ir"))
 }
 
 #[cfg(test)]
@@ -219,8 +257,18 @@ mod tests {
     fn totals_come_from_callgrinds_totals_line() {
         let output = "version: 1\ncreator: callgrind-3.19.0\nevents: Ir\nfn=(1) main\n16 3\n\
                       summary: 1107504808\ntotals: 1107504969\n";
-        assert_eq!(parse_totals(output), Some(1_107_504_969));
+        assert_eq!(
+            parse_totals(output),
+            Some(vec![("Ir".to_string(), 1_107_504_969)])
+        );
         assert_eq!(parse_totals("events: Ir\nsummary: 12\n"), None);
+        let simulated = "events: Ir Dr Dw I1mr D1mr D1mw ILmr DLmr DLmw\n\
+                         totals: 900 300 200 40 12 8 5 3 1\n";
+        let totals = parse_totals(simulated).unwrap();
+        assert_eq!(totals.len(), 9);
+        assert_eq!(totals[0], ("Ir".to_string(), 900));
+        assert_eq!(totals[3], ("I1mr".to_string(), 40));
+        assert_eq!(totals[6], ("ILmr".to_string(), 5));
     }
 
     #[test]
@@ -228,6 +276,8 @@ mod tests {
         let options = Options::parse(&[]).unwrap();
         assert_eq!((options.requests, options.warm_up), (1_024, 512));
         assert_eq!(options.logged, [true, false]);
+        assert!(!options.cache_sim);
+        assert!(Options::parse(&["--cache-sim".into()]).unwrap().cache_sim);
         let args = ["--gateways", "nolog", "--requests", "50"].map(String::from);
         let options = Options::parse(&args).unwrap();
         assert_eq!((options.requests, options.logged), (50, vec![false]));
