@@ -150,7 +150,9 @@ async fn drive(
     }
     drop(mock);
 
-    let report = report::assemble(&options, &pinning, &ctx.baseline, paths, started.elapsed());
+    let mut report = report::assemble(&options, &pinning, &ctx.baseline, paths, started.elapsed());
+    // `pgo --bolt` and `pgo` leave their binary in the same place; the JSON says which it was.
+    report["options"]["bolt"] = json!(options.pgo && crate::pgo::is_bolted(&ctx.baton)?);
     let out_path = bench_dir.join("load.json");
     std::fs::write(&out_path, serde_json::to_string_pretty(&report)?)?;
     report::print(&report, &out_path)?;

@@ -165,6 +165,19 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether `binary` was rewritten by BOLT, which names a section of its own in every binary
+/// it writes (`.note.bolt_info`).
+pub(crate) fn is_bolted(binary: &Path) -> anyhow::Result<bool> {
+    let bytes = std::fs::read(binary).with_context(|| format!("reading {}", binary.display()))?;
+    Ok(contains(&bytes, b".note.bolt_info"))
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle)
+}
+
 fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::copy(from, to)
         .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
@@ -503,5 +516,17 @@ mod tests {
         assert_eq!(rustc.host, "x86_64-unknown-linux-gnu");
         assert_eq!(rustc.llvm_major, 22);
         assert!(Rustc::parse("rustc 1.95.0\nhost: x\n").is_err());
+    }
+
+    #[test]
+    fn a_binary_is_bolted_when_it_names_bolts_section() {
+        let dir = TempDir::new("bolted").unwrap();
+        let bolted = dir.0.join("bolted");
+        std::fs::write(&bolted, b"\x7fELF...\0.note.bolt_info\0.text\0").unwrap();
+        let plain = dir.0.join("plain");
+        std::fs::write(&plain, b"\x7fELF...\0.note.gnu.build-id\0.text\0").unwrap();
+        assert!(is_bolted(&bolted).unwrap());
+        assert!(!is_bolted(&plain).unwrap());
+        assert!(is_bolted(&dir.0.join("missing")).is_err());
     }
 }

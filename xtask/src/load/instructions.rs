@@ -167,6 +167,7 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
         "requests": options.requests,
         "warm_up": options.warm_up,
         "pgo": options.pgo,
+        "bolt": options.pgo && crate::pgo::is_bolted(&program)?,
         "cache_sim": options.cache_sim,
         "results": results,
     }))
