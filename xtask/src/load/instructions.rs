@@ -11,7 +11,8 @@
 //! shutdown cancelling out. The log writer is given 60 s to fill a batch of 256 runs, so its
 //! batches are as full as under load although requests arrive only ~100 a second under
 //! valgrind; load shedding is off, so no timer ticks by the clock. System calls' work in the
-//! kernel is not counted.
+//! kernel is not counted. With `--cache-sim`, callgrind simulates the caches as well and the
+//! misses a request are reported beside the instructions.
 
 use std::path::Path;
 use std::process::Command;
