@@ -95,10 +95,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let dir = target_dir().join("pgo");
     let raw = dir.join("profiles");
     // Profiles of an earlier build would describe other code.
-    if raw.exists() {
-        std::fs::remove_dir_all(&raw).with_context(|| format!("clearing {}", raw.display()))?;
-    }
-    std::fs::create_dir_all(&raw)?;
+    empty_dir(&raw)?;
 
     eprintln!("pgo: building the mock and the instrumented baton");
     cargo_build(&["-p", "baton-testkit", "--bin", "baton-mock"], None, None)?;
@@ -121,24 +118,14 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     ))?;
 
     let merged = dir.join("baton.profdata");
-    let mut profiles: Vec<PathBuf> = std::fs::read_dir(&raw)?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| path.extension().is_some_and(|e| e == "profraw"))
-        .collect();
-    profiles.sort();
-    ensure!(
-        !profiles.is_empty(),
-        "the training runs wrote no profile into {}",
-        raw.display()
-    );
-    let status = Command::new(&profdata)
-        .arg("merge")
-        .arg("-o")
-        .arg(&merged)
-        .args(&profiles)
-        .status()
-        .with_context(|| format!("running {}", profdata.display()))?;
-    ensure!(status.success(), "llvm-profdata merge failed");
+    let profiles = profiles_in(&raw, |name| name.ends_with(".profraw"))?;
+    run_tool(
+        Command::new(&profdata)
+            .arg("merge")
+            .arg("-o")
+            .arg(&merged)
+            .args(&profiles),
+    )?;
 
     eprintln!("pgo: building baton with the profile");
     let mut rustflags = format!("-Cprofile-use={}", merged.display());
@@ -178,6 +165,35 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
         .any(|window| window == needle)
 }
 
+/// `dir`, created empty (what an earlier run left there removed).
+fn empty_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))
+}
+
+/// The profiles the training wrote into `dir` (files whose name `is_profile`), sorted; an
+/// error when there are none.
+fn profiles_in(dir: &Path, is_profile: impl Fn(&str) -> bool) -> anyhow::Result<Vec<PathBuf>> {
+    let mut profiles: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(&is_profile)
+        })
+        .collect();
+    profiles.sort();
+    ensure!(
+        !profiles.is_empty(),
+        "the training runs wrote no profile into {}",
+        dir.display()
+    );
+    Ok(profiles)
+}
+
 fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
     std::fs::copy(from, to)
         .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
@@ -193,10 +209,7 @@ async fn bolt_optimize(
     merge_fdata: &Path,
     requests: u64,
 ) -> anyhow::Result<()> {
-    if work.exists() {
-        std::fs::remove_dir_all(work).with_context(|| format!("clearing {}", work.display()))?;
-    }
-    std::fs::create_dir_all(work)?;
+    empty_dir(work)?;
     let instrumented = work.join("baton-instrumented");
     let prefix = work.join("prof.fdata");
     eprintln!("pgo: instrumenting the profile-guided baton with BOLT");
@@ -205,7 +218,7 @@ async fn bolt_optimize(
             .arg(profile_guided)
             .arg("-instrument")
             .arg(format!("--instrumentation-file={}", prefix.display()))
-            // Each process writes its own file (`prof.fdata.<pid>`), merged below.
+            // Each process writes its own file (`prof.fdata.<pid>.fdata`), merged below.
             .arg("--instrumentation-file-append-pid")
             .arg("-o")
             .arg(&instrumented),
@@ -213,31 +226,14 @@ async fn bolt_optimize(
 
     eprintln!("pgo: training the BOLT-instrumented baton ({requests} requests a configuration)");
     train(&instrumented, &[], requests).await?;
-    let mut profiles: Vec<PathBuf> = std::fs::read_dir(work)?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|path| {
-            path.file_name()
-                .and_then(|name| name.to_str())
-                .is_some_and(|name| name.starts_with("prof.fdata."))
-        })
-        .collect();
-    profiles.sort();
-    ensure!(
-        !profiles.is_empty(),
-        "the BOLT training runs wrote no profile into {}",
-        work.display()
-    );
+    let profiles = profiles_in(work, |name| name.starts_with("prof.fdata."))?;
     let merged = work.join("baton.fdata");
-    let output = Command::new(merge_fdata)
-        .args(&profiles)
-        .output()
-        .with_context(|| format!("running {}", merge_fdata.display()))?;
-    ensure!(
-        output.status.success(),
-        "merge-fdata failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    std::fs::write(&merged, &output.stdout)?;
+    run_tool(
+        Command::new(merge_fdata)
+            .args(&profiles)
+            .arg("-o")
+            .arg(&merged),
+    )?;
 
     eprintln!("pgo: optimising the layout with BOLT");
     run_tool(
@@ -516,6 +512,24 @@ mod tests {
         assert_eq!(rustc.host, "x86_64-unknown-linux-gnu");
         assert_eq!(rustc.llvm_major, 22);
         assert!(Rustc::parse("rustc 1.95.0\nhost: x\n").is_err());
+    }
+
+    #[test]
+    fn profiles_are_the_matching_files_sorted_and_none_is_an_error() {
+        let dir = TempDir::new("profiles").unwrap();
+        for name in [
+            "b.profraw",
+            "a.profraw",
+            "baton.profdata",
+            "prof.fdata.7.fdata",
+        ] {
+            std::fs::write(dir.0.join(name), b"").unwrap();
+        }
+        let raw = profiles_in(&dir.0, |name| name.ends_with(".profraw")).unwrap();
+        assert_eq!(raw, [dir.0.join("a.profraw"), dir.0.join("b.profraw")]);
+        let bolt = profiles_in(&dir.0, |name| name.starts_with("prof.fdata.")).unwrap();
+        assert_eq!(bolt, [dir.0.join("prof.fdata.7.fdata")]);
+        assert!(profiles_in(&dir.0, |name| name.ends_with(".none")).is_err());
     }
 
     #[test]
