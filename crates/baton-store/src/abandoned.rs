@@ -21,7 +21,7 @@ use crate::{Store, StoreResult};
 /// The error code of a run finished by the sweep.
 pub const RUN_ABANDONED: &str = "RUN_ABANDONED";
 /// The condition of the partial index `ix_runs_status_created` (migration m20261124_000001).
-const PENDING_CONDITION: &str = "\"status\" = 'Pending'";
+pub(crate) const PENDING_CONDITION: &str = "\"status\" = 'Pending'";
 const MESSAGE: &str = "the run was not finished by the process that started it (stopped, crashed, or unable to reach the database); its outcome is unknown";
 
 /// The oldest `batch` runs still `Pending` that started before `cutoff`: id, tenant, holds.
