@@ -295,6 +295,7 @@ impl BatonTools {
             )
             .await
             .map_err(ApiError::from);
+        caller.state.engine.note_cancel_request();
         Ok(caller.answer("cancel_run", result))
     }
 
@@ -310,7 +311,9 @@ impl BatonTools {
             .state
             .store
             .request_cancel_all(&caller.principal.tenant, &caller.principal.actor())
-            .await
+            .await;
+        caller.state.engine.note_cancel_request();
+        let result = result
             .map(|run_ids| CancelledRuns {
                 count: run_ids.len(),
                 run_ids,

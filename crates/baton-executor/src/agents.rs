@@ -55,17 +55,13 @@ impl TreeRunner {
     ) -> Result<Child, String> {
         let engine = &self.engine;
         let target = sub.flow;
-        let found = engine
-            .flows()
-            .flow(&self.tenant, target)
-            .await
-            .map_err(|_| {
-                format!(
-                    "AGENT_NOT_FOUND: the flow '{target}' of agent '{}' does not exist",
-                    sub.name
-                )
-            })?;
-        let flow = found.flow;
+        let found = engine.found_flow(&self.tenant, target).await.map_err(|_| {
+            format!(
+                "AGENT_NOT_FOUND: the flow '{target}' of agent '{}' does not exist",
+                sub.name
+            )
+        })?;
+        let flow = &found.flow;
         if self.scope.ancestors.contains(&flow.id) {
             return Err(format!(
                 "AGENT_CYCLE: agent '{}' would run flow '{}', which is already running above it in this agent chain; an agent cannot call itself, directly or indirectly",
@@ -201,8 +197,8 @@ impl TreeRunner {
         ancestors.push(flow.id.clone());
         Ok(Child {
             id: uuid::Uuid::now_v7().to_string(),
-            flow_id: flow.id,
-            flow_name: flow.name,
+            flow_id: flow.id.clone(),
+            flow_name: flow.name.clone(),
             template_name,
             environment,
             values,

@@ -4,6 +4,7 @@
 //! versions, and the storage traits.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use baton_domain::TenantId;
@@ -22,7 +23,7 @@ use crate::cache::ResponseCache;
 use crate::error::{ExecutorError, ExecutorResult};
 use crate::events::EventLog;
 use crate::limits::TenantLimiters;
-use crate::storage::{FlowStore, RunSink};
+use crate::storage::{FlowStore, FoundFlow, RunSink};
 
 /// What the engine needs from the operator's configuration.
 #[derive(Debug, Clone)]
@@ -88,6 +89,13 @@ pub(crate) struct Inner {
     /// A template's tools by tenant and tool ids, so a run reads none from storage; a tenant's
     /// entries are dropped when any of its tools changes (other instances: TTL).
     tools: Cache<String, Arc<Vec<Tool>>>,
+    /// Flows by tenant and id or name, as every flow run and sub-agent resolves them (with
+    /// their active versions and environments); a tenant's entries are dropped when any of its
+    /// flows or activations changes (other instances: TTL).
+    flows_found: Cache<String, Arc<FoundFlow>>,
+    /// Cancel requests made through this instance so far: a tool loop that sees the count
+    /// change asks the store at its next step instead of waiting for its next periodic look.
+    cancel_requests: AtomicU64,
 }
 
 #[derive(Clone)]
@@ -131,6 +139,12 @@ impl Engine {
                     .time_to_live(SETTINGS_CACHE_TTL)
                     .support_invalidation_closures()
                     .build(),
+                flows_found: Cache::builder()
+                    .max_capacity(100_000)
+                    .time_to_live(SETTINGS_CACHE_TTL)
+                    .support_invalidation_closures()
+                    .build(),
+                cancel_requests: AtomicU64::new(0),
                 config,
             }),
         })
@@ -222,16 +236,37 @@ impl Engine {
 
     /// Drops the tenant's cached tool lists; call after creating, changing or deleting a tool.
     pub fn forget_tools(&self, tenant: &TenantId) {
-        let prefix = format!("{}\u{1f}", tenant.as_str());
-        if let Err(error) = self
-            .inner
-            .tools
-            .invalidate_entries_if(move |key, _| key.starts_with(&prefix))
-        {
-            // Only fails when the cache was built without closures: then drop everything.
-            tracing::warn!(%error, "could not drop a tenant's cached tools; dropping all");
-            self.inner.tools.invalidate_all();
-        }
+        forget_tenant(&self.inner.tools, tenant);
+    }
+
+    /// A flow by id or name with its active versions and environments, as a run resolves it
+    /// (cached: every flow run and sub-agent reads one).
+    pub async fn found_flow(
+        &self,
+        tenant: &TenantId,
+        id_or_name: &str,
+    ) -> ExecutorResult<Arc<FoundFlow>> {
+        let key = format!("{}\u{1f}{id_or_name}", tenant.as_str());
+        cached(&self.inner.flows_found, &key, async {
+            Ok(Arc::new(self.inner.flows.flow(tenant, id_or_name).await?))
+        })
+        .await
+    }
+
+    /// Call after storing a cancel request: running tool loops on this instance look for it
+    /// at their next step.
+    pub fn note_cancel_request(&self) {
+        self.inner.cancel_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn cancel_requests(&self) -> u64 {
+        self.inner.cancel_requests.load(Ordering::Relaxed)
+    }
+
+    /// Drops the tenant's cached flows; call after changing or deleting a flow or activating a
+    /// version (promotion and import included).
+    pub fn forget_flows(&self, tenant: &TenantId) {
+        forget_tenant(&self.inner.flows_found, tenant);
     }
 
     /// A version ready to run. Activated versions never change, so compiled ones are cached.
@@ -281,6 +316,17 @@ pub fn compile(templates: &[Template]) -> ExecutorResult<Library> {
     })
 }
 
+/// Drops `tenant`'s entries from a cache keyed `tenant\u{1f}...` (built with invalidation
+/// closures).
+fn forget_tenant<V: Clone + Send + Sync + 'static>(cache: &Cache<String, V>, tenant: &TenantId) {
+    let prefix = format!("{}\u{1f}", tenant.as_str());
+    if let Err(error) = cache.invalidate_entries_if(move |key, _| key.starts_with(&prefix)) {
+        // Only fails when the cache was built without closures: then drop everything.
+        tracing::warn!(%error, "could not drop a tenant's cached entries; dropping all");
+        cache.invalidate_all();
+    }
+}
+
 /// `key`'s value from `cache`, else `load`ed into it. A hit awaits only moka's `get`; the load
 /// (moka's `try_get_with`: concurrent misses of one key share one load) runs boxed, so its
 /// machinery, ~1.5 KB of future, is not carried by every request's future on every hit
@@ -310,18 +356,31 @@ mod tests {
 
     use super::*;
     use crate::memory::MemoryStore;
-    use crate::storage::FoundFlow;
 
     /// Settings loads that count themselves and wait at a gate the test opens.
     struct Gated {
         inner: MemoryStore,
         loads: AtomicUsize,
         gate: Semaphore,
+        /// Flow reads (not gated).
+        flow_loads: AtomicUsize,
+    }
+
+    impl Gated {
+        fn new() -> Gated {
+            Gated {
+                inner: MemoryStore::new(),
+                loads: AtomicUsize::new(0),
+                gate: Semaphore::new(0),
+                flow_loads: AtomicUsize::new(0),
+            }
+        }
     }
 
     #[async_trait]
     impl FlowStore for Gated {
         async fn flow(&self, tenant: &TenantId, id: &str) -> ExecutorResult<FoundFlow> {
+            self.flow_loads.fetch_add(1, Ordering::SeqCst);
             self.inner.flow(tenant, id).await
         }
         async fn version(
@@ -357,20 +416,8 @@ mod tests {
 
     #[tokio::test]
     async fn concurrent_misses_of_one_key_load_once() {
-        let store = Arc::new(Gated {
-            inner: MemoryStore::new(),
-            loads: AtomicUsize::new(0),
-            gate: Semaphore::new(0),
-        });
-        let catalogue = Arc::new(Catalogue::shipped().unwrap());
-        let registry = Registry::from_config(&ProvidersConfig::default(), catalogue).unwrap();
-        let engine = Engine::new(
-            EngineConfig::default(),
-            Arc::new(registry),
-            store.clone(),
-            Arc::new(MemoryStore::new()),
-        )
-        .unwrap();
+        let store = Arc::new(Gated::new());
+        let engine = engine_over(store.clone(), Arc::new(MemoryStore::new()));
         let tenant = TenantId::new("acme");
         let readers = futures::future::join_all((0..8).map(|_| engine.tenant_settings(&tenant)));
         // Opens the gate once every reader has been polled and is waiting for the first load.
@@ -390,11 +437,50 @@ mod tests {
         assert_eq!(store.loads.load(Ordering::SeqCst), 2);
     }
 
-    fn engine_with(runs: Arc<dyn RunSink>) -> Engine {
+    #[tokio::test]
+    async fn flows_are_read_once_until_their_tenant_forgets_them() {
+        let store = Arc::new(Gated::new());
+        let (acme, other) = (TenantId::new("acme"), TenantId::new("other"));
+        let main = || vec![crate::memory::template("main", "Hi", "openai/gpt-4o-mini")];
+        store
+            .inner
+            .add_flow(&acme, "support", "production", "main", main());
+        let engine = engine_over(store.clone(), Arc::new(MemoryStore::new()));
+        let loads = || store.flow_loads.load(Ordering::SeqCst);
+
+        let found = engine.found_flow(&acme, "support").await.unwrap();
+        assert_eq!(found.flow.name, "support");
+        assert_eq!(found.environments, ["production"]);
+        engine.found_flow(&acme, "support").await.unwrap();
+        assert_eq!(loads(), 1, "a hit reads nothing");
+        // Another tenant's change keeps this tenant's entries.
+        engine.forget_flows(&other);
+        engine.found_flow(&acme, "support").await.unwrap();
+        assert_eq!(loads(), 1);
+        engine.forget_flows(&acme);
+        engine.found_flow(&acme, "support").await.unwrap();
+        assert_eq!(loads(), 2, "read again after the tenant's change");
+        // A flow not found is not remembered as missing: created later, it is found at once.
+        assert!(engine.found_flow(&acme, "later").await.is_err());
+        store
+            .inner
+            .add_flow(&acme, "later", "production", "main", main());
+        assert_eq!(
+            engine.found_flow(&acme, "later").await.unwrap().flow.name,
+            "later"
+        );
+        // Entries are per tenant: the same name elsewhere is not this flow.
+        assert!(engine.found_flow(&other, "support").await.is_err());
+    }
+
+    fn engine_over(flows: Arc<dyn FlowStore>, runs: Arc<dyn RunSink>) -> Engine {
         let catalogue = Arc::new(Catalogue::shipped().unwrap());
         let registry = Registry::from_config(&ProvidersConfig::default(), catalogue).unwrap();
-        let flows = Arc::new(MemoryStore::new());
         Engine::new(EngineConfig::default(), Arc::new(registry), flows, runs).unwrap()
+    }
+
+    fn engine_with(runs: Arc<dyn RunSink>) -> Engine {
+        engine_over(Arc::new(MemoryStore::new()), runs)
     }
 
     /// With the invocation log off (the discarding sink) a request's events are not stored,

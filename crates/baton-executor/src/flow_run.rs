@@ -198,8 +198,8 @@ impl Engine {
         let customer = body.customer;
         let tenant = body.tenant;
         let run_id = body.run_id;
-        let found = self.flows().flow(&tenant, &body.flow).await?;
-        let flow = found.flow;
+        let found = self.found_flow(&tenant, &body.flow).await?;
+        let flow = &found.flow;
         let environment = match body.environment {
             Some(name) => name,
             None => found.environments.first().cloned().ok_or_else(|| {
@@ -238,7 +238,7 @@ impl Engine {
         // Route mode: a classifier call picks the template (its own logged, billed child run).
         let mut classifier_credits = 0;
         let template_name = match self
-            .choose_template(&tenant, &flow, &compiled, &values, &run_id, &pricing)
+            .choose_template(&tenant, flow, &compiled, &values, &run_id, &pricing)
             .await?
         {
             Choice::Entrypoint => compiled.version.entrypoint.clone(),

@@ -3,7 +3,7 @@
 //! as events, stored with the run and, for a stream, sent as they happen.
 
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use baton_domain::TenantId;
@@ -312,11 +312,47 @@ struct GatewayTurns<'a> {
     budget: Option<i64>,
     /// This run and its ancestors, whose cancel requests stop it.
     run_chain: &'a [String],
+    cancel_look: CancelLook,
+}
+
+/// How stale a tool loop's knowledge of cancel requests made on other instances may be.
+const CANCEL_LOOK_INTERVAL: Duration = Duration::from_millis(250);
+
+/// When a tool loop last asked the store for a cancel request, and this instance's count of
+/// cancel requests then.
+#[derive(Default)]
+struct CancelLook {
+    last: Option<(Instant, u64)>,
+}
+
+impl CancelLook {
+    /// Whether to ask the store now (noting the look if so): at the loop's first step, after a
+    /// cancel request made through this instance (`requests` changed), and otherwise once the
+    /// last look is [`CANCEL_LOOK_INTERVAL`] old.
+    fn due(&mut self, requests: u64, now: Instant) -> bool {
+        if let Some((at, seen)) = self.last
+            && seen == requests
+            && now.saturating_duration_since(at) < CANCEL_LOOK_INTERVAL
+        {
+            return false;
+        }
+        self.last = Some((now, requests));
+        true
+    }
 }
 
 impl GatewayTurns<'_> {
-    /// A cancel request stored for this run or an ancestor (by any instance) stops it here.
-    async fn check_cancelled(&self) -> ExecutorResult<()> {
+    /// A cancel request stored for this run or an ancestor stops it here. The store is asked as
+    /// [`CancelLook::due`] says: a request made on another instance is seen up to
+    /// [`CANCEL_LOOK_INTERVAL`] later, one made here at once, and a fast loop does not read the
+    /// store at every step.
+    async fn check_cancelled(&mut self) -> ExecutorResult<()> {
+        if !self
+            .cancel_look
+            .due(self.engine.cancel_requests(), Instant::now())
+        {
+            return Ok(());
+        }
         match self
             .engine
             .flows()
@@ -650,6 +686,7 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
         spent: scope.spent.clone(),
         budget: scope.budget,
         run_chain: &scope.run_chain,
+        cancel_look: CancelLook::default(),
     };
     let outcome = crate::tool_loop::run_tool_loop(
         &mut turns,
@@ -833,5 +870,26 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             }
             Err(error)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_loop_looks_for_cancels_first_after_one_here_and_then_every_interval() {
+        let start = Instant::now();
+        let mut look = CancelLook::default();
+        assert!(look.due(0, start), "the first step looks");
+        assert!(!look.due(0, start + Duration::from_millis(10)));
+        // A cancel requested through this instance: the next step looks at once.
+        assert!(look.due(1, start + Duration::from_millis(20)));
+        assert!(!look.due(1, start + Duration::from_millis(30)));
+        // Requests elsewhere are only seen by looking: at most an interval after the last look.
+        let later = start + Duration::from_millis(20) + CANCEL_LOOK_INTERVAL;
+        assert!(!look.due(1, later - Duration::from_millis(1)));
+        assert!(look.due(1, later));
+        assert!(!look.due(1, later));
     }
 }

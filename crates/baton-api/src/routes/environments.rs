@@ -202,7 +202,7 @@ pub async fn promote_environment(
         let Some(version_id) = flow.active_versions.get(&source).cloned() else {
             continue;
         };
-        state
+        let activated = state
             .store
             .activate_version(
                 &principal.tenant,
@@ -212,7 +212,10 @@ pub async fn promote_environment(
                 comment,
                 &principal.actor(),
             )
-            .await?;
+            .await;
+        // Runs resolve flows through the engine's cache.
+        state.engine.forget_flows(&principal.tenant);
+        activated?;
         promoted.push(Promoted {
             flow_id: flow.id,
             flow_name: flow.name,

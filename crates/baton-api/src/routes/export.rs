@@ -167,11 +167,13 @@ pub async fn import(
                 .filter_map(|id| tool_ids.get(id).cloned())
                 .collect();
         }
-        if state
+        let imported = state
             .store
             .import_flow(&principal.tenant, &flow, &actor)
-            .await?
-        {
+            .await;
+        // Runs resolve flows through the engine's cache.
+        state.engine.forget_flows(&principal.tenant);
+        if imported? {
             report.flows_created.push(flow.name.clone());
         } else {
             report.flows_skipped.push(flow.name.clone());

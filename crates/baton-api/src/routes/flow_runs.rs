@@ -273,5 +273,6 @@ pub async fn cancel_run(
         .store
         .request_cancel(&principal.tenant, &run, &principal.actor())
         .await?;
+    state.engine.note_cancel_request();
     Ok((axum::http::StatusCode::ACCEPTED, axum::Json(record)))
 }

@@ -78,12 +78,13 @@ pub async fn update_flow(
     Json(patch): Json<FlowPatch>,
 ) -> ApiResult<axum::Json<Flow>> {
     let patch = patch.validate()?;
-    Ok(axum::Json(
-        state
-            .store
-            .update_flow(&principal.tenant, &flow, &patch)
-            .await?,
-    ))
+    let updated = state
+        .store
+        .update_flow(&principal.tenant, &flow, &patch)
+        .await;
+    // Runs resolve flows through the engine's cache (a rename changes the name it is found by).
+    state.engine.forget_flows(&principal.tenant);
+    Ok(axum::Json(updated?))
 }
 
 /// Soft delete: the flow leaves lists and can no longer run; its id and slug answer 404.
@@ -99,7 +100,9 @@ pub async fn delete_flow(
     principal: Principal,
     PathParam(flow): PathParam,
 ) -> ApiResult<StatusCode> {
-    state.store.delete_flow(&principal.tenant, &flow).await?;
+    let deleted = state.store.delete_flow(&principal.tenant, &flow).await;
+    state.engine.forget_flows(&principal.tenant);
+    deleted?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -227,8 +230,9 @@ pub async fn activate_version(
             comment,
             &principal.actor(),
         )
-        .await?;
-    Ok(axum::Json(activated))
+        .await;
+    state.engine.forget_flows(&principal.tenant);
+    Ok(axum::Json(activated?))
 }
 
 /// The environment must exist (`POST /api/v1/environments`); its stored spelling is returned.
