@@ -12,6 +12,7 @@
 
 mod conn;
 pub(crate) mod driver;
+pub(crate) mod flows;
 pub(crate) mod instructions;
 mod options;
 pub(crate) mod procs;

@@ -8,9 +8,11 @@
 //!
 //! 1. `baton` built with `-Cprofile-generate` (`instrumented/`), for the host target only, so
 //!    build scripts and proc macros are not instrumented;
-//! 2. a training load against the testkit's fast mock, as the load benchmark sends it: plain
-//!    and streamed chat completions one at a time and concurrently, long streams, a few reads of
-//!    the invocation log; once with the SQLite invocation log on and once with it off;
+//! 2. a training load against the testkit's fast mock: what the load benchmark sends (plain
+//!    and streamed chat completions one at a time and concurrently, long streams), then flow
+//!    runs, streamed flow runs, agent trees and chat requests offering tools (`training.rs`:
+//!    code a profile never saw is laid out as cold), and a few reads of the invocation log;
+//!    once with the SQLite invocation log on and once with it off;
 //! 3. `llvm-profdata merge` of the raw profiles into `baton.profdata`; the `llvm-profdata` must
 //!    match rustc's LLVM (found on `PATH`, in `/usr/lib/llvm-N`, or rustup's `llvm-tools`;
 //!    installed from Debian's `llvm-N` when missing and run as root);
@@ -39,6 +41,8 @@ use anyhow::{Context as _, bail, ensure};
 use crate::load::driver::{self, Target};
 use crate::load::procs::{self, BatonSpec, TempDir};
 use crate::load::{baton_target, target_dir, workspace_root};
+
+mod training;
 
 const USAGE: &str = "usage: cargo xtask pgo [--requests N] [--bolt]";
 
@@ -146,7 +150,11 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
                 requests,
             ))?;
         }
-        None => copy(&built, &baton_path())?,
+        None => {
+            copy(&built, &baton_path())?;
+            // An earlier `--bolt` run's profile-guided binary describes an earlier build.
+            remove_if_present(&dir.join("baton-pgo"))?;
+        }
     }
     eprintln!("pgo: wrote {}", baton_path().display());
     Ok(())
@@ -192,6 +200,15 @@ fn profiles_in(dir: &Path, is_profile: impl Fn(&str) -> bool) -> anyhow::Result<
         dir.display()
     );
     Ok(profiles)
+}
+
+fn remove_if_present(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+            Err(error).with_context(|| format!("removing {}", path.display()))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
@@ -486,9 +503,11 @@ async fn load(
             .or(long.ttft.first_error)
             .unwrap_or_default()
     );
+    let product_rows = training::flows_and_tools(client, address, requests).await?;
     if logged {
         // Reading the log back is part of the load too (and the writer's last batch lands).
-        let sent = sequential.sent + concurrent.sent + streams.ttft.sent + long.ttft.sent;
+        let sent =
+            sequential.sent + concurrent.sent + streams.ttft.sent + long.ttft.sent + product_rows;
         driver::wait_for_log_rows(
             client,
             address,

@@ -40,6 +40,8 @@ const LONG_GAP_MS: u64 = 25;
 const CHAT_MODEL: &str = "openai/gpt-4o-mini";
 const FLOW_MODEL: &str = "deepseek/deepseek-flash";
 const LONG_MODEL: &str = "mistral/ministral-3b-2512";
+/// Where the soak's flows are pinned.
+const ENVIRONMENT: &str = "production";
 
 struct Options {
     duration: Duration,
@@ -519,18 +521,7 @@ async fn setup(client: &reqwest::Client, base: &str, mock_addr: &str) -> anyhow:
         driver::api_call(client, base, KEY, "setting up", method, path, body)
     };
     use reqwest::Method;
-    let environments = call(Method::GET, "/environments".into(), Value::Null).await?;
-    if !environments
-        .as_array()
-        .is_some_and(|all| all.iter().any(|e| e["name"] == "production"))
-    {
-        call(
-            Method::POST,
-            "/environments".into(),
-            json!({"name": "production"}),
-        )
-        .await?;
-    }
+    driver::ensure_environment(client, base, KEY, ENVIRONMENT).await?;
     let external = call(
         Method::POST,
         "/tools".into(),
@@ -554,30 +545,7 @@ async fn setup(client: &reqwest::Client, base: &str, mock_addr: &str) -> anyhow:
     .await?;
     let mcp_tool = imported[0]["id"].clone();
     let flow = |title: &'static str, template: Value| {
-        let call = &call;
-        async move {
-            let flow = call(Method::POST, "/flows".into(), json!({"title": title})).await?;
-            let slug = flow["name"].as_str().context("flow name")?.to_string();
-            let versions =
-                call(Method::GET, format!("/flows/{slug}/versions"), Value::Null).await?;
-            let version = versions[0]["id"]
-                .as_str()
-                .context("version id")?
-                .to_string();
-            call(
-                Method::PUT,
-                format!("/flows/{slug}/versions/{version}/templates/main"),
-                template,
-            )
-            .await?;
-            call(
-                Method::POST,
-                format!("/flows/{slug}/versions/{version}/environments"),
-                json!({"environment": "production"}),
-            )
-            .await?;
-            anyhow::Ok(slug)
-        }
+        driver::pinned_flow(client, base, KEY, title, template, ENVIRONMENT)
     };
     let external_flow = flow(
         "Soak external",
@@ -711,7 +679,7 @@ async fn send_once(soak: &Soak, kind: Kind) -> Result<Seen, (Seen, String)> {
             };
             (
                 format!("/flows/{flow}/runs"),
-                json!({"environment": "production", "parameters": {"question": "Hi?"}}),
+                json!({"environment": ENVIRONMENT, "parameters": {"question": "Hi?"}}),
             )
         }
     };

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::ensure;
+use anyhow::{Context as _, ensure};
 use hdrhistogram::Histogram;
 use serde_json::{Value, json};
 
@@ -634,6 +634,70 @@ pub async fn api_call(
     let body: Value = response.json().await.unwrap_or(Value::Null);
     ensure!(status.is_success(), "{what} {path}: {status}: {body}");
     Ok(body)
+}
+
+/// Creates the environment `name` unless the tenant behind `key` has it already.
+pub async fn ensure_environment(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    name: &str,
+) -> anyhow::Result<()> {
+    use reqwest::Method;
+    let call = |method, path: &str, body| {
+        api_call(
+            client,
+            base,
+            key,
+            "setting up",
+            method,
+            path.to_string(),
+            body,
+        )
+    };
+    let environments = call(Method::GET, "/environments", Value::Null).await?;
+    let present = environments
+        .as_array()
+        .is_some_and(|all| all.iter().any(|e| e["name"] == name));
+    if !present {
+        call(Method::POST, "/environments", json!({ "name": name })).await?;
+    }
+    Ok(())
+}
+
+/// A new flow titled `title` whose first version's `main` template is `template`, that version
+/// pinned to `environment`: the flow's name (the slug runs are addressed by).
+pub async fn pinned_flow(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    title: &str,
+    template: Value,
+    environment: &str,
+) -> anyhow::Result<String> {
+    use reqwest::Method;
+    let call =
+        |method, path: String, body| api_call(client, base, key, "setting up", method, path, body);
+    let flow = call(Method::POST, "/flows".into(), json!({ "title": title })).await?;
+    let slug = flow["name"].as_str().context("flow name")?.to_string();
+    let versions = call(Method::GET, format!("/flows/{slug}/versions"), Value::Null).await?;
+    let version = versions[0]["id"]
+        .as_str()
+        .context("version id")?
+        .to_string();
+    call(
+        Method::PUT,
+        format!("/flows/{slug}/versions/{version}/templates/main"),
+        template,
+    )
+    .await?;
+    call(
+        Method::POST,
+        format!("/flows/{slug}/versions/{version}/environments"),
+        json!({ "environment": environment }),
+    )
+    .await?;
+    Ok(slug)
 }
 
 /// Every row of Baton's invocation log (child runs included, as the API lists them), paged

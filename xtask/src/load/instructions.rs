@@ -12,7 +12,10 @@
 //! batches are as full as under load although requests arrive only ~100 a second under
 //! valgrind; load shedding is off, so no timer ticks by the clock. System calls' work in the
 //! kernel is not counted. With `--cache-sim`, callgrind simulates the caches as well and the
-//! misses a request are reported beside the instructions.
+//! misses a request are reported beside the instructions. `--scenario flow` counts flow runs
+//! instead (a pinned flow's template rendered, one model call), `--scenario agent-tree` agent
+//! trees (an Agent tool's sub-run: three model calls, two runs); both set up in each run
+//! before the warm-up, so the setup cancels out too.
 
 use std::path::Path;
 use std::process::Command;
@@ -22,11 +25,13 @@ use anyhow::{Context as _, bail, ensure};
 use serde_json::{Value, json};
 
 use super::driver;
+use super::flows;
 use super::procs::{self, BatonSpec, TempDir};
 use super::{baton_target, build, target_dir};
 
 const USAGE: &str = "usage: cargo xtask bench instructions [--requests N] [--warm-up N] \
-                     [--gateways sqlite,nolog] [--pgo] [--cache-sim]";
+                     [--gateways sqlite,nolog] [--pgo] [--cache-sim] \
+                     [--scenario chat|flow|agent-tree]";
 
 /// Runs per log batch (the default's size), given a minute to fill.
 const LOG_BATCH: u64 = 256;
@@ -42,6 +47,37 @@ struct Options {
     /// request show how compactly the code a request runs is laid out, which the instruction
     /// count does not (a layout change such as BOLT's moves them, not the count).
     cache_sim: bool,
+    scenario: Scenario,
+}
+
+/// What one counted request is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scenario {
+    /// A one-call chat completion (the compatible endpoint).
+    Chat,
+    /// A run of a flow pinned to an environment.
+    Flow,
+    /// A run of a flow whose Agent tool runs another flow.
+    AgentTree,
+}
+
+impl Scenario {
+    fn parse(name: &str) -> anyhow::Result<Scenario> {
+        Ok(match name {
+            "chat" => Scenario::Chat,
+            "flow" => Scenario::Flow,
+            "agent-tree" => Scenario::AgentTree,
+            other => bail!("unknown scenario {other:?}: chat, flow or agent-tree"),
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Chat => "chat",
+            Scenario::Flow => "flow",
+            Scenario::AgentTree => "agent-tree",
+        }
+    }
 }
 
 impl Options {
@@ -55,6 +91,7 @@ impl Options {
             logged: vec![true, false],
             pgo: false,
             cache_sim: false,
+            scenario: Scenario::Chat,
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
@@ -77,6 +114,7 @@ impl Options {
                 }
                 "--pgo" => options.pgo = true,
                 "--cache-sim" => options.cache_sim = true,
+                "--scenario" => options.scenario = Scenario::parse(value()?)?,
                 "--help" | "-h" => bail!("{USAGE}"),
                 other => bail!("unknown option {other:?}\n{USAGE}"),
             }
@@ -122,13 +160,16 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
             "baton-nolog"
         };
         eprintln!("bench: {name}: warm-up only, under callgrind");
-        let keep = |run: &str| bench_dir.join(format!("instructions-{name}-{run}.callgrind"));
+        let scenario = options.scenario.name();
+        let keep =
+            |run: &str| bench_dir.join(format!("instructions-{name}-{scenario}-{run}.callgrind"));
         let run = Run {
             bins,
             program: &program,
             mock_addr: &mock_addr,
             logged,
             cache_sim: options.cache_sim,
+            scenario: options.scenario,
         };
         let base = count(&run, options.warm_up, &keep("warm-up")).await?;
         eprintln!("bench: {name}: warm-up and {} requests", options.requests);
@@ -170,6 +211,7 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
         "pgo": options.pgo,
         "bolt": options.pgo && crate::pgo::is_bolted(&program)?,
         "cache_sim": options.cache_sim,
+        "scenario": options.scenario.name(),
         "results": results,
     }))
 }
@@ -181,6 +223,7 @@ struct Run<'a> {
     mock_addr: &'a str,
     logged: bool,
     cache_sim: bool,
+    scenario: Scenario,
 }
 
 /// Every instruction Baton runs from start to exit (and, simulating the caches, every miss),
@@ -215,7 +258,17 @@ async fn count(run: &Run<'_>, requests: u64, keep: &Path) -> anyhow::Result<Vec<
         ],
         ..BatonSpec::new(run.bins, &dir.0, run.mock_addr, &database)
     })?;
-    let target = baton_target(&address);
+    let target = match run.scenario {
+        Scenario::Chat => baton_target(&address),
+        scenario => {
+            let flows = flows::set_up(&driver::client()?, &address).await?;
+            if scenario == Scenario::Flow {
+                flows.plain
+            } else {
+                flows.agent_tree
+            }
+        }
+    };
     let outcome = driver::sequential(&target, None, Some(requests)).await?;
     if outcome.errors > 0 {
         bail!(
@@ -285,5 +338,9 @@ mod tests {
         assert_eq!((options.requests, options.logged), (50, vec![false]));
         assert!(Options::parse(&["--gateways".into(), "postgres".into()]).is_err());
         assert!(Options::parse(&["--requests".into(), "0".into()]).is_err());
+        assert_eq!(options.scenario, Scenario::Chat);
+        let args = ["--scenario", "agent-tree"].map(String::from);
+        assert_eq!(Options::parse(&args).unwrap().scenario, Scenario::AgentTree);
+        assert!(Options::parse(&["--scenario".into(), "mcp".into()]).is_err());
     }
 }
