@@ -208,41 +208,15 @@ async fn seed(addr: &str) -> anyhow::Result<()> {
         driver::api_call(&client, &base, BOOTSTRAP_KEY, "seeding", method, path, body)
     };
     use reqwest::Method;
-    let environments = call(Method::GET, "/environments".into(), Value::Null).await?;
-    let has_production = environments
-        .as_array()
-        .is_some_and(|all| all.iter().any(|e| e["name"] == "production"));
-    if !has_production {
-        call(
-            Method::POST,
-            "/environments".into(),
-            json!({"name": "production"}),
-        )
-        .await?;
-    }
-    let flow = call(
-        Method::POST,
-        "/flows".into(),
-        json!({"title": "Conformance"}),
-    )
-    .await?;
-    let slug = flow["name"].as_str().context("flow name")?.to_string();
-    let versions = call(Method::GET, format!("/flows/{slug}/versions"), Value::Null).await?;
-    let version = versions[0]["id"]
-        .as_str()
-        .context("version id")?
-        .to_string();
-    call(
-        Method::PUT,
-        format!("/flows/{slug}/versions/{version}/templates/main"),
+    driver::ensure_environment(&client, &base, BOOTSTRAP_KEY, "production").await?;
+    let slug = driver::pinned_flow(
+        &client,
+        &base,
+        BOOTSTRAP_KEY,
+        "Conformance",
         json!({"template": "You answer briefly.", "userTemplate": "[[question]]",
                "llm": "openai/gpt-4o-mini"}),
-    )
-    .await?;
-    call(
-        Method::POST,
-        format!("/flows/{slug}/versions/{version}/environments"),
-        json!({"environment": "production"}),
+        "production",
     )
     .await?;
     call(
