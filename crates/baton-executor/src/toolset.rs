@@ -1,7 +1,7 @@
 //! The tools of one run: what providers are told, and how arguments are checked.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use baton_domain::chat::{ToolDefinition, VendorTool};
 use baton_domain::tool::{Tool, ToolType};
@@ -11,8 +11,23 @@ struct Entry {
     /// `None` for a context tool (answered in-process, no record).
     tool: Option<Arc<Tool>>,
     /// `None` when the schema itself could not be compiled: arguments then pass unchecked.
-    validator: Option<jsonschema::Validator>,
+    validator: Option<Arc<jsonschema::Validator>>,
 }
+
+/// The context tools with their validators, compiled once: every sub-agent offers them, and
+/// compiling their four schemas per sub-agent cost more than the rest of its tool set.
+static CONTEXT_TOOLS: LazyLock<Vec<(ToolDefinition, Option<Arc<jsonschema::Validator>>)>> =
+    LazyLock::new(|| {
+        crate::context::AgentContext::definitions()
+            .into_iter()
+            .map(|definition| {
+                let validator = jsonschema::validator_for(&definition.parameters)
+                    .ok()
+                    .map(Arc::new);
+                (definition, validator)
+            })
+            .collect()
+    });
 
 /// A template's tools: function definitions for the model, provider-native (Virtual) tools, and
 /// a validator per function.
@@ -41,7 +56,7 @@ impl ToolSet {
             let schema = tool.json_schema();
             // No remote `$ref` resolution: the workspace builds jsonschema without resolvers.
             let validator = match jsonschema::validator_for(&schema) {
-                Ok(validator) => Some(validator),
+                Ok(validator) => Some(Arc::new(validator)),
                 Err(error) => {
                     tracing::warn!(tool = %tool.name, %error, "tool schema does not compile; arguments go unchecked");
                     None
@@ -66,17 +81,16 @@ impl ToolSet {
 
     /// Adds the context tools of a sub-agent (they replace a library tool of the same name).
     pub fn with_context_tools(mut self) -> ToolSet {
-        for definition in crate::context::AgentContext::definitions() {
+        for (definition, validator) in CONTEXT_TOOLS.iter() {
             self.definitions.retain(|d| d.name != definition.name);
-            let validator = jsonschema::validator_for(&definition.parameters).ok();
             self.entries.insert(
                 definition.name.clone(),
                 Entry {
                     tool: None,
-                    validator,
+                    validator: validator.clone(),
                 },
             );
-            self.definitions.push(definition);
+            self.definitions.push(definition.clone());
         }
         self
     }
@@ -192,5 +206,27 @@ mod tests {
         assert!(set.check_arguments("weather", "not json").is_err());
         assert!(set.check_arguments("weather", "[1]").is_err());
         assert!(set.check_arguments("nope", "{}").is_err());
+    }
+
+    #[test]
+    fn context_tools_replace_a_namesake_and_check_their_arguments() {
+        let set = ToolSet::new([tool(
+            json!({"name": "get_state", "toolType": "External", "webUrl": "/s"}),
+        )])
+        .with_context_tools();
+        assert!(set.is_context_tool("get_state"));
+        let names: Vec<&str> = set.definitions().iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(
+            names.iter().filter(|n| **n == "get_state").count(),
+            1,
+            "{names:?}"
+        );
+        assert!(names.contains(&"set_state") && names.contains(&"get_context"));
+        let missing = set.check_arguments("get_state", "{}").unwrap_err();
+        assert!(missing.contains("key"), "{missing}");
+        assert!(
+            set.check_arguments("set_state", r#"{"key": "k", "value": 1}"#)
+                .is_ok()
+        );
     }
 }
