@@ -165,13 +165,16 @@ async fn drive(
 
 /// Baton's chat endpoint at `address` with the bench key: provider `openai` is the mock,
 /// `mocklong` its long-stream route (`procs::start_baton`).
+/// The model the bench's Baton sends to the fast mock (its `openai` provider).
+pub(crate) const BENCH_MODEL: &str = "openai/gpt-4o-mini";
+
 pub(crate) fn baton_target(address: &str) -> Target {
     let url = format!("http://{address}/api/v1/chat/completions");
     Target::new(
         url.clone(),
         url,
         Some(procs::BOOTSTRAP_KEY),
-        "openai/gpt-4o-mini",
+        BENCH_MODEL,
         "mocklong/gpt-4o-mini",
     )
 }

@@ -566,17 +566,11 @@ async fn setup(client: &reqwest::Client, base: &str, mock_addr: &str) -> anyhow:
                "toolIds": [external["id"]], "llm": FLOW_MODEL}),
     )
     .await?;
-    let agent_tool = call(
-        Method::POST,
-        "/tools".into(),
-        json!({"name": "researcher", "toolType": "Agent", "agentTemplateId": child,
-               "description": "Ask the researcher"}),
-    )
-    .await?;
+    let agent_tool = driver::agent_tool(client, base, KEY, "researcher", &child).await?;
     let agent_flow = flow(
         "Soak agent",
         json!({"template": "Delegate.", "userTemplate": "[[question]]",
-               "toolIds": [agent_tool["id"]], "llm": FLOW_MODEL}),
+               "toolIds": [agent_tool], "llm": FLOW_MODEL}),
     )
     .await?;
     Ok(Flows {

@@ -700,6 +700,28 @@ pub async fn pinned_flow(
     Ok(slug)
 }
 
+/// A new Agent tool named `name` that runs the flow `flow`: its id.
+pub async fn agent_tool(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    name: &str,
+    flow: &str,
+) -> anyhow::Result<Value> {
+    let tool = api_call(
+        client,
+        base,
+        key,
+        "setting up",
+        reqwest::Method::POST,
+        "/tools".into(),
+        json!({"name": name, "toolType": "Agent", "agentTemplateId": flow,
+               "description": format!("Ask the {name}")}),
+    )
+    .await?;
+    Ok(tool["id"].clone())
+}
+
 /// Every row of Baton's invocation log (child runs included, as the API lists them), paged
 /// through `/api/v1/llm-logs`.
 pub async fn log_rows(

@@ -8,20 +8,20 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::BENCH_MODEL as MODEL;
 use super::driver::{self, Target};
 use super::procs;
 
 const ENVIRONMENT: &str = "production";
-/// The model the bench's Baton sends to the fast mock.
-const MODEL: &str = "openai/gpt-4o-mini";
 
-/// What a flow run leaves in the invocation log: one row, or two for the agent tree (its
-/// root and its sub-agent's run).
+/// The run targets of a plain flow and of an agent tree.
 pub struct FlowTargets {
     pub plain: Target,
     pub agent_tree: Target,
 }
 
+/// What a run of each leaves in the invocation log: one row, or two for the agent tree (its
+/// root and its sub-agent's run).
 impl FlowTargets {
     pub const PLAIN_ROWS: u64 = 1;
     pub const AGENT_TREE_ROWS: u64 = 2;
@@ -48,21 +48,11 @@ pub async fn set_up(client: &reqwest::Client, address: &str) -> anyhow::Result<F
         json!({"template": "Research the question.", "userTemplate": "[[input]]", "llm": MODEL}),
     )
     .await?;
-    let agent_tool = driver::api_call(
-        client,
-        &base,
-        key,
-        "setting up",
-        reqwest::Method::POST,
-        "/tools".into(),
-        json!({"name": "researcher", "toolType": "Agent", "agentTemplateId": researcher,
-               "description": "Ask the researcher"}),
-    )
-    .await?;
+    let agent_tool = driver::agent_tool(client, &base, key, "researcher", &researcher).await?;
     let delegating = flow(
         "Bench agent",
         json!({"template": "Delegate to the researcher.", "userTemplate": "[[question]]",
-               "toolIds": [agent_tool["id"]], "llm": MODEL}),
+               "toolIds": [agent_tool], "llm": MODEL}),
     )
     .await?;
     let target = |flow: &str| {

@@ -15,10 +15,8 @@ use serde_json::{Value, json};
 use crate::load::driver::{self, Target};
 use crate::load::flows::{self, FlowTargets};
 use crate::load::procs;
-
-/// The model the bench's Baton sends to the fast mock, which calls the first tool offered
-/// until a tool result is the last message, then answers.
-const MODEL: &str = "openai/gpt-4o-mini";
+// The fast mock calls the first tool offered until a tool result is the last message.
+use crate::load::BENCH_MODEL as MODEL;
 
 /// Sets up flows and an Agent tool on a fresh Baton at `address`, then sends a mix of about
 /// `requests / 2` flow runs, agent trees and tool-offering chat requests one at a time.
