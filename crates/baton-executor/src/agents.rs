@@ -3,6 +3,7 @@
 //! result. Depth limits and cycles are refused as failed tool calls (DESIGN.md "Agents, tools,
 //! safety"); the parent run goes on.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use async_trait::async_trait;
@@ -184,15 +185,11 @@ impl TreeRunner {
         if let Some(deadline) = self.scope.deadline {
             plan.deadline = plan.deadline.min(deadline);
         }
-        let tools = ToolSet::new(
-            engine
-                .tools(&self.tenant, &template.tool_ids)
-                .await
-                .map_err(|e| e.to_string())?
-                .iter()
-                .cloned(),
-        )
-        .with_context_tools();
+        let tools = engine
+            .tools(&self.tenant, &template.tool_ids)
+            .await
+            .map_err(|e| e.to_string())?
+            .set_with_context_tools();
         let mut ancestors = self.scope.ancestors.clone();
         ancestors.push(flow.id.clone());
         Ok(Child {
@@ -227,7 +224,7 @@ struct Child {
     request: InferenceRequest,
     schema: Option<OutputSchema>,
     plan: crate::gateway::CallPlan,
-    tools: ToolSet,
+    tools: Arc<ToolSet>,
     max_iterations: u32,
     depth: u32,
     ancestors: Vec<String>,

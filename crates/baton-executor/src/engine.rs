@@ -3,15 +3,14 @@
 //! rate limiters, the guarded outbound client, caches of settings, routing rules and compiled
 //! versions, and the storage traits.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use baton_domain::TenantId;
 use baton_domain::budget::Budget;
 use baton_domain::flow::{Template, Version};
 use baton_domain::settings::TenantSettings;
-use baton_domain::tool::Tool;
 use baton_providers::Registry;
 use baton_providers::routing::{Router, RouterConfig, RuleSet};
 use baton_template::{Field, Library, TemplateError, TemplateSource};
@@ -24,6 +23,7 @@ use crate::error::{ExecutorError, ExecutorResult};
 use crate::events::EventLog;
 use crate::limits::TenantLimiters;
 use crate::storage::{FlowStore, FoundFlow, RunSink};
+use crate::toolset::TemplateTools;
 
 /// What the engine needs from the operator's configuration.
 #[derive(Debug, Clone)]
@@ -86,9 +86,10 @@ pub(crate) struct Inner {
     versions: Cache<String, Arc<CompiledVersion>>,
     /// Tenant budgets, checked before every request; dropped on change (other instances: TTL).
     pub(crate) budgets: Cache<String, Arc<Vec<Budget>>>,
-    /// A template's tools by tenant and tool ids, so a run reads none from storage; a tenant's
-    /// entries are dropped when any of its tools changes (other instances: TTL).
-    tools: Cache<String, Arc<Vec<Tool>>>,
+    /// A template's tools by tenant and tool ids, so a run reads none from storage and compiles
+    /// no schema; a tenant's entries are dropped when any of its tools changes (other
+    /// instances: TTL).
+    tools: Cache<String, Arc<TemplateTools>>,
     /// Flows by tenant and id or name, as every flow run and sub-agent resolves them (with
     /// their active versions and environments); a tenant's entries are dropped when any of its
     /// flows or activations changes (other instances: TTL).
@@ -223,13 +224,20 @@ impl Engine {
     }
 
     /// The tools of `ids` that exist, in the order of `ids`, from the cache when fresh.
-    pub async fn tools(&self, tenant: &TenantId, ids: &[String]) -> ExecutorResult<Arc<Vec<Tool>>> {
+    pub async fn tools(
+        &self,
+        tenant: &TenantId,
+        ids: &[String],
+    ) -> ExecutorResult<Arc<TemplateTools>> {
+        static NO_TOOLS: LazyLock<Arc<TemplateTools>> = LazyLock::new(Arc::default);
         if ids.is_empty() {
-            return Ok(Arc::default());
+            return Ok(NO_TOOLS.clone());
         }
         let key = format!("{}\u{1f}{}", tenant.as_str(), ids.join("\u{1f}"));
         cached(&self.inner.tools, &key, async {
-            Ok(Arc::new(self.inner.flows.tools(tenant, ids).await?))
+            Ok(Arc::new(TemplateTools::new(
+                self.inner.flows.tools(tenant, ids).await?,
+            )))
         })
         .await
     }
@@ -350,7 +358,7 @@ mod tests {
 
     use async_trait::async_trait;
     use baton_domain::routing::RoutingRule;
-    use baton_domain::tool::McpServer;
+    use baton_domain::tool::{McpServer, Tool};
     use baton_providers::{Catalogue, ProvidersConfig};
     use tokio::sync::Semaphore;
 

@@ -33,7 +33,6 @@ use crate::runlog::{Pricing, RunLog};
 use crate::stream::{EventStream, StreamEnd, envelopes};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
 use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput};
-use crate::toolset::ToolSet;
 
 /// Event envelopes of a streamed run, in order (SPEC.md "Events"), filtered by its options.
 pub type EnvelopeStream = Pin<Box<dyn Stream<Item = Value> + Send>>;
@@ -269,9 +268,9 @@ impl Engine {
             })
             .collect();
 
-        let tool_list = self.tools(&tenant, &template.tool_ids).await?;
+        let template_tools = self.tools(&tenant, &template.tool_ids).await?;
         for id in &template.tool_ids {
-            if !tool_list.iter().any(|t| &t.id == id) {
+            if !template_tools.found().iter().any(|t| &t.id == id) {
                 warnings.push(RunWarning {
                     code: "TOOL_NOT_FOUND".into(),
                     message: format!(
@@ -281,7 +280,7 @@ impl Engine {
                 });
             }
         }
-        let tools = ToolSet::new(tool_list.iter().cloned());
+        let tools = template_tools.set();
 
         let schema_value = body
             .response_schema

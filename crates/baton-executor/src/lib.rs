@@ -120,4 +120,4 @@ pub use tool_loop::{
     DEFAULT_MAX_TOOL_ITERATIONS, LoopFailure, LoopOutcome, ModelTurns, ToolEvents, run_tool_loop,
 };
 pub use toolrun::Callback;
-pub use toolset::ToolSet;
+pub use toolset::{TemplateTools, ToolSet};

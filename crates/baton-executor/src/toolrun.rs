@@ -499,7 +499,7 @@ pub struct ToolRunInput {
     pub schema: Option<OutputSchema>,
     pub log: RunLog,
     pub pricing: Pricing,
-    pub tools: ToolSet,
+    pub tools: Arc<ToolSet>,
     pub max_iterations: u32,
     pub environment: String,
     pub parameters: std::collections::HashMap<String, String>,

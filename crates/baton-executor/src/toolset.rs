@@ -1,7 +1,7 @@
 //! The tools of one run: what providers are told, and how arguments are checked.
 
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use baton_domain::chat::{ToolDefinition, VendorTool};
 use baton_domain::tool::{Tool, ToolType};
@@ -28,6 +28,43 @@ static CONTEXT_TOOLS: LazyLock<Vec<(ToolDefinition, Option<Arc<jsonschema::Valid
             })
             .collect()
     });
+
+/// A template's tools as the engine caches them: the tools found, and their tool sets, each
+/// built (every schema compiled) once, when a run first asks for it, instead of per run.
+#[derive(Default)]
+pub struct TemplateTools {
+    found: Vec<Tool>,
+    plain: OnceLock<Arc<ToolSet>>,
+    with_context: OnceLock<Arc<ToolSet>>,
+}
+
+impl TemplateTools {
+    pub fn new(found: Vec<Tool>) -> TemplateTools {
+        TemplateTools {
+            found,
+            ..TemplateTools::default()
+        }
+    }
+
+    /// The tools found (a listed id that no longer exists is missing).
+    pub fn found(&self) -> &[Tool] {
+        &self.found
+    }
+
+    /// The tool set of a flow run.
+    pub fn set(&self) -> Arc<ToolSet> {
+        self.plain
+            .get_or_init(|| Arc::new(ToolSet::new(self.found.iter().cloned())))
+            .clone()
+    }
+
+    /// The tool set of a sub-agent: the template's tools and the context tools.
+    pub fn set_with_context_tools(&self) -> Arc<ToolSet> {
+        self.with_context
+            .get_or_init(|| Arc::new(ToolSet::new(self.found.iter().cloned()).with_context_tools()))
+            .clone()
+    }
+}
 
 /// A template's tools: function definitions for the model, provider-native (Virtual) tools, and
 /// a validator per function.
@@ -206,6 +243,24 @@ mod tests {
         assert!(set.check_arguments("weather", "not json").is_err());
         assert!(set.check_arguments("weather", "[1]").is_err());
         assert!(set.check_arguments("nope", "{}").is_err());
+    }
+
+    #[test]
+    fn template_tools_build_each_set_once() {
+        let template = TemplateTools::new(vec![tool(
+            json!({"name": "weather", "toolType": "External", "webUrl": "/w"}),
+        )]);
+        let plain = template.set();
+        assert!(Arc::ptr_eq(&plain, &template.set()));
+        assert!(!plain.is_context_tool("get_state"));
+        let with_context = template.set_with_context_tools();
+        assert!(Arc::ptr_eq(
+            &with_context,
+            &template.set_with_context_tools()
+        ));
+        assert!(with_context.is_context_tool("get_state"));
+        assert!(with_context.get("weather").is_some());
+        assert_eq!(template.found().len(), 1);
     }
 
     #[test]
