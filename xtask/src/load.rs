@@ -246,14 +246,22 @@ async fn run_one(
         )
     };
     let baton_addr = gateway.is_baton().then_some(address.as_str());
-    let result = scenarios::run_gateway(
-        ctx,
-        gateway,
-        &target,
-        process.pid(),
-        baton_addr,
-        database.as_ref(),
-    )
+    let result = async {
+        let flows = match baton_addr {
+            Some(address) => Some(flows::set_up(&ctx.client, address).await?),
+            None => None,
+        };
+        scenarios::run_gateway(
+            ctx,
+            gateway,
+            &target,
+            process.pid(),
+            baton_addr,
+            flows.as_ref(),
+            database.as_ref(),
+        )
+        .await
+    }
     .await;
     // The process stops before its database is dropped.
     drop(process);

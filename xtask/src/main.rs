@@ -31,7 +31,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("xtask: {err}");
+            eprintln!("xtask: {err:#}");
             ExitCode::FAILURE
         }
     }

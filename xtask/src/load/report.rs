@@ -154,8 +154,8 @@ fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
                 g,
                 "zero log rows lost",
                 format!(
-                    "{} rows / {} requests ({} shed)",
-                    logs["rows"], logs["requests_sent"], logs["shed"]
+                    "{} rows for {} runs of {} requests ({} shed)",
+                    logs["rows"], logs["rows_expected"], logs["requests_sent"], logs["shed"]
                 ),
                 Some(logs["rows_match"] == true),
             ));
@@ -442,6 +442,37 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
             )
         }),
     ));
+    for (kind, label) in [
+        ("flow_run", "flow run (1 model call)"),
+        ("agent_tree", "agent tree (3 model calls, 2 runs)"),
+    ] {
+        rows.push((
+            format!("{label}, concurrency 1: p50 / p99 us"),
+            pair(&c1["p50_us"], &c1["p99_us"]),
+            Box::new(move |g| {
+                let c1 = &g["flows"][kind]["concurrency_1"];
+                pair(&c1["gateway"]["p50_us"], &c1["gateway"]["p99_us"])
+            }),
+        ));
+        rows.push((
+            format!("{label}: closed-loop RPS; CPU us a run, concurrency 1 / closed loop"),
+            String::new(),
+            Box::new(move |g| {
+                let flow = &g["flows"][kind];
+                if flow.is_null() {
+                    return "-".into();
+                }
+                format!(
+                    "{}; {}",
+                    num(&flow["concurrency"]["rps"]),
+                    pair(
+                        &flow["concurrency_1"]["cpu_us_per_request"],
+                        &flow["concurrency"]["cpu_us_per_request"]
+                    )
+                )
+            }),
+        ));
+    }
     let streams = &direct["streams"];
     rows.push((
         format!("{} streams: TTFT p50 / p99 us", options["streams"]),
@@ -518,11 +549,16 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
         }),
     ));
     rows.push((
-        "log rows / requests sent".into(),
+        "log rows / runs made (requests sent)".into(),
         String::new(),
         Box::new(|g| {
-            if g["log_rows"].get("rows").is_some() {
-                pair(&g["log_rows"]["rows"], &g["log_rows"]["requests_sent"])
+            let log = &g["log_rows"];
+            if log.get("rows").is_some() {
+                format!(
+                    "{} ({})",
+                    pair(&log["rows"], &log["rows_expected"]),
+                    num(&log["requests_sent"])
+                )
             } else {
                 format!("no log / {}", num(&g["log_rows"]["requests_sent"]))
             }
@@ -617,8 +653,9 @@ pub fn smoke_checks(report: &Value) -> anyhow::Result<()> {
         if g["log_rows"].get("rows").is_some() {
             ensure!(
                 g["log_rows"]["rows_match"] == true,
-                "{name}: the invocation log has {} rows for {} requests (logging {})",
+                "{name}: the invocation log has {} rows for {} runs of {} requests (logging {})",
                 g["log_rows"]["rows"],
+                g["log_rows"]["rows_expected"],
                 g["log_rows"]["requests_sent"],
                 if g["log_rows"]["logging"] == true {
                     "on"
@@ -626,6 +663,14 @@ pub fn smoke_checks(report: &Value) -> anyhow::Result<()> {
                     "off"
                 }
             );
+        }
+        if is_baton(g) {
+            for kind in ["flow_run", "agent_tree"] {
+                let runs = g["flows"][kind]["concurrency"]["gateway"]["requests"]
+                    .as_u64()
+                    .unwrap_or(0);
+                ensure!(runs > 0, "{name}: no {kind} was measured");
+            }
         }
         ensure!(
             g["concurrent_streams"]["succeeded"] == g["concurrent_streams"]["count"],
@@ -686,15 +731,21 @@ mod tests {
     fn smoke_fails_on_lost_rows_and_passes_when_all_match() {
         let gateway = |rows_match: bool| {
             json!({"name": "baton-sqlite", "errors": 0, "requests_sent": 10,
-                   "log_rows": {"logging": true, "rows": 9, "requests_sent": 10, "rows_match": rows_match},
-                   "concurrent_streams": {"count": 5, "succeeded": 5}})
+                   "log_rows": {"logging": true, "rows": 9, "rows_expected": 10, "requests_sent": 10, "rows_match": rows_match},
+                   "concurrent_streams": {"count": 5, "succeeded": 5},
+                   "flows": {"flow_run": {"concurrency": {"gateway": {"requests": 3}}},
+                             "agent_tree": {"concurrency": {"gateway": {"requests": 2}}}}})
         };
         let report = |g: Value| json!({"gateways": [g], "direct": {"concurrency_1": {"errors": 0}, "concurrency": {"errors": 0}}});
         let err = smoke_checks(&report(gateway(false)))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("9 rows for 10 requests"), "{err}");
+        assert!(err.contains("9 rows for 10 runs of 10 requests"), "{err}");
         smoke_checks(&report(gateway(true))).unwrap();
+        let mut no_trees = gateway(true);
+        no_trees["flows"]["agent_tree"] = Value::Null;
+        let err = smoke_checks(&report(no_trees)).unwrap_err().to_string();
+        assert!(err.contains("no agent_tree was measured"), "{err}");
         let skipped = json!({"name": "baton-postgres", "skipped": "unreachable"});
         assert!(smoke_checks(&report(skipped)).is_err());
     }

@@ -8,11 +8,14 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::driver::{self, Outcome, StreamOutcome, Target};
+use super::flows::FlowTargets;
 use super::options::{Gateway, Options};
 use super::procs::{self, RssSampler};
 
 /// Requests of each gateway's warm-up, before anything is measured.
 const WARM_UP: u64 = 200;
+/// Runs of each flow kind's warm-up (an agent tree is three model calls).
+const FLOW_WARM_UP: u64 = 50;
 /// Skip a fixed rate above this multiple of a gateway's closed-loop throughput: it would only
 /// measure a queue growing for the whole phase (LiteLLM at 5,000 RPS).
 const OVERLOAD_FACTOR: f64 = 3.0;
@@ -308,14 +311,89 @@ struct Sent {
     requests: u64,
     errors: u64,
     shed: u64,
+    /// Log rows the requests should leave: one a run, none for a shed request.
+    rows: u64,
 }
 
 impl Sent {
+    /// Requests that each make one run (chat completions, plain flow runs).
     fn add(&mut self, outcome: &Outcome) {
+        self.add_runs(outcome, 1);
+    }
+
+    /// Requests that each make `runs` runs (an agent tree: its root and its sub-agents).
+    fn add_runs(&mut self, outcome: &Outcome, runs: u64) {
         self.requests += outcome.sent;
         self.errors += outcome.errors;
         self.shed += outcome.shed;
+        self.rows += (outcome.sent - outcome.shed) * runs;
     }
+}
+
+/// Flow runs through a Baton gateway: a plain flow (one model call, as a chat completion is)
+/// and an agent tree (three model calls, two runs), each one at a time and in the closed loop.
+/// Chat completions are only part of what a gateway serves: these time the flow-run path
+/// (template rendering, the pinned version, the tool loop) the instruction counts cover.
+async fn flow_phases(
+    ctx: &Context,
+    name: &str,
+    flows: &FlowTargets,
+    pid: u32,
+    sent: &mut Sent,
+) -> anyhow::Result<Value> {
+    let options = &ctx.options;
+    let mut phases = serde_json::Map::new();
+    for (kind, target, runs) in [
+        ("flow_run", &flows.plain, FlowTargets::PLAIN_ROWS),
+        (
+            "agent_tree",
+            &flows.agent_tree,
+            FlowTargets::AGENT_TREE_ROWS,
+        ),
+    ] {
+        let label = kind.replace('_', " ");
+        let warm = driver::sequential(target, None, Some(FLOW_WARM_UP)).await?;
+        sent.add_runs(&warm, runs);
+
+        let meter = CpuMeter::start(pid, ctx.clock_ticks);
+        let c1 = driver::sequential(target, Some(options.duration), None).await?;
+        let c1_cpu = meter.per_request(c1.sent);
+        sent.add_runs(&c1, runs);
+        progress(name, &format!("{label}, concurrency 1: {}", summary(&c1)));
+
+        let meter = CpuMeter::start(pid, ctx.clock_ticks);
+        let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
+        let conc_cpu = meter.per_request(conc.sent);
+        sent.add_runs(&conc, runs);
+        progress(
+            name,
+            &format!(
+                "{label}, concurrency {}: {}",
+                options.concurrency,
+                summary(&conc)
+            ),
+        );
+        phases.insert(
+            kind.into(),
+            json!({
+                "runs_logged_each": runs,
+                "concurrency_1": {
+                    "gateway": c1.json(),
+                    // Against one direct call: a plain flow run makes one, an agent tree three.
+                    "added_p50_us": added(&c1, &ctx.baseline.c1, 0.50),
+                    "added_p99_us": added(&c1, &ctx.baseline.c1, 0.99),
+                    "cpu_us_per_request": c1_cpu,
+                },
+                "concurrency": {
+                    "concurrency": options.concurrency,
+                    "gateway": conc.json(),
+                    "rps": (conc.rps() * 10.0).round() / 10.0,
+                    "cpu_us_per_request": conc_cpu,
+                },
+            }),
+        );
+    }
+    Ok(Value::Object(phases))
 }
 
 /// Every scenario through one gateway (already started, serving `target`, process `pid`).
@@ -325,6 +403,7 @@ pub async fn run_gateway(
     target: &Target,
     pid: u32,
     baton_addr: Option<&str>,
+    flows: Option<&FlowTargets>,
     database: Option<&procs::PgDatabase>,
 ) -> anyhow::Result<Value> {
     let name = gateway.name();
@@ -445,6 +524,11 @@ pub async fn run_gateway(
         }));
     }
 
+    let flows_json = match flows {
+        Some(flows) => flow_phases(ctx, name, flows, pid, &mut sent).await?,
+        None => Value::Null,
+    };
+
     let (base, streams) =
         driver::paired_streams(&client, &ctx.direct, target, options.streams).await?;
     sent.add(&streams.ttft);
@@ -557,11 +641,7 @@ pub async fn run_gateway(
     let log_rows = match baton_addr {
         Some(addr) => {
             // A shed request was refused before it did anything: no run, no row.
-            let expected = if gateway.logs() {
-                sent.requests - sent.shed
-            } else {
-                0
-            };
+            let expected = if gateway.logs() { sent.rows } else { 0 };
             progress(
                 name,
                 &format!("counting invocation-log rows (expecting {expected})"),
@@ -586,6 +666,7 @@ pub async fn run_gateway(
                 "requests_sent": sent.requests,
                 "shed": sent.shed,
                 "rows": rows,
+                "rows_expected": expected,
                 "rows_match": rows == expected,
             })
         }
@@ -602,6 +683,7 @@ pub async fn run_gateway(
         "concurrency_1": c1_json,
         "concurrency": conc_json,
         "fixed_rate": fixed,
+        "flows": flows_json,
         "sweep": sweep_json,
         "streams": streams_json,
         "concurrent_streams": many_json,
