@@ -312,6 +312,7 @@ impl TreeRunner {
             spent: self.scope.spent.clone(),
             budget: self.scope.budget,
             deadline: self.scope.deadline,
+            cancel_look: self.scope.child_cancel_look(),
         };
         let input = ToolRunInput {
             engine: self.engine.clone(),

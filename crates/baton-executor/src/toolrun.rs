@@ -312,23 +312,33 @@ struct GatewayTurns<'a> {
     budget: Option<i64>,
     /// This run and its ancestors, whose cancel requests stop it.
     run_chain: &'a [String],
-    cancel_look: CancelLook,
+    /// The loop's [`CancelLook`], in its scope so that the sub-agents it starts inherit it.
+    cancel_look: &'a Mutex<CancelLook>,
 }
 
 /// How stale a tool loop's knowledge of cancel requests made on other instances may be.
 const CANCEL_LOOK_INTERVAL: Duration = Duration::from_millis(250);
 
-/// When a tool loop last asked the store for a cancel request, and this instance's count of
-/// cancel requests then.
-#[derive(Default)]
-struct CancelLook {
+/// When a tool loop last asked the store for a cancel request (or started: a run's own id is new,
+/// so nothing can be stored for it before its loop starts, and a sub-agent starts from its
+/// parent's last look, which covered every ancestor), and this instance's count of cancel
+/// requests then.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct CancelLook {
     last: Option<(Instant, u64)>,
 }
 
 impl CancelLook {
-    /// Whether to ask the store now (noting the look if so): at the loop's first step, after a
-    /// cancel request made through this instance (`requests` changed), and otherwise once the
-    /// last look is [`CANCEL_LOOK_INTERVAL`] old.
+    /// Counts a loop's start as a look, unless it inherited one.
+    fn start(&mut self, requests: u64, now: Instant) {
+        if self.last.is_none() {
+            self.last = Some((now, requests));
+        }
+    }
+
+    /// Whether to ask the store now (noting the look if so): after a cancel request made
+    /// through this instance (`requests` changed), and otherwise once the last look is
+    /// [`CANCEL_LOOK_INTERVAL`] old.
     fn due(&mut self, requests: u64, now: Instant) -> bool {
         if let Some((at, seen)) = self.last
             && seen == requests
@@ -347,10 +357,12 @@ impl GatewayTurns<'_> {
     /// [`CANCEL_LOOK_INTERVAL`] later, one made here at once, and a fast loop does not read the
     /// store at every step.
     async fn check_cancelled(&mut self) -> ExecutorResult<()> {
-        if !self
+        let due = self
             .cancel_look
-            .due(self.engine.cancel_requests(), Instant::now())
-        {
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .due(self.engine.cancel_requests(), Instant::now());
+        if !due {
             return Ok(());
         }
         match self
@@ -545,6 +557,9 @@ pub struct AgentScope {
     pub budget: Option<i64>,
     /// The root request's deadline: no sub-agent (nor its tool calls) runs past it.
     pub deadline: Option<Instant>,
+    /// This run's loop's last look for cancel requests (shared with the clones of this scope,
+    /// so a sub-agent's scope starts from it: [`AgentScope::child_cancel_look`]).
+    pub(crate) cancel_look: Arc<Mutex<CancelLook>>,
 }
 
 impl AgentScope {
@@ -575,7 +590,17 @@ impl AgentScope {
             customer,
             deepest: Arc::new(std::sync::atomic::AtomicU32::new(0)),
             spawns: Arc::new(std::sync::atomic::AtomicU32::new(0)),
+            cancel_look: Arc::default(),
         }
+    }
+
+    /// A sub-agent's cancel look: a copy of this run's last one.
+    pub(crate) fn child_cancel_look(&self) -> Arc<Mutex<CancelLook>> {
+        let look = *self
+            .cancel_look
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        Arc::new(Mutex::new(look))
     }
 
     /// Bounds the tree by the root request's deadline.
@@ -670,6 +695,11 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
         max_agent_calls_per_turn: engine.config().limits.max_agent_calls_per_turn,
     };
     let mut observer = events.clone();
+    scope
+        .cancel_look
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .start(engine.cancel_requests(), Instant::now());
     let mut turns = GatewayTurns {
         engine: &engine,
         tenant: &tenant,
@@ -686,7 +716,7 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
         spent: scope.spent.clone(),
         budget: scope.budget,
         run_chain: &scope.run_chain,
-        cancel_look: CancelLook::default(),
+        cancel_look: &scope.cancel_look,
     };
     let outcome = crate::tool_loop::run_tool_loop(
         &mut turns,
@@ -878,10 +908,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_loop_looks_for_cancels_first_after_one_here_and_then_every_interval() {
+    fn a_loop_looks_for_cancels_after_one_here_and_then_every_interval() {
         let start = Instant::now();
         let mut look = CancelLook::default();
-        assert!(look.due(0, start), "the first step looks");
+        look.start(0, start);
+        assert!(!look.due(0, start), "the start counts as a look");
         assert!(!look.due(0, start + Duration::from_millis(10)));
         // A cancel requested through this instance: the next step looks at once.
         assert!(look.due(1, start + Duration::from_millis(20)));
@@ -891,5 +922,11 @@ mod tests {
         assert!(!look.due(1, later - Duration::from_millis(1)));
         assert!(look.due(1, later));
         assert!(!look.due(1, later));
+        // A sub-agent starting now inherits the look, and starting does not reset it.
+        let mut child = look;
+        child.start(1, later + Duration::from_millis(100));
+        assert!(child.due(1, later + CANCEL_LOOK_INTERVAL));
+        // Without a start, the first step looks.
+        assert!(CancelLook::default().due(0, start));
     }
 }
