@@ -455,7 +455,7 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
             }),
         ));
         rows.push((
-            format!("{label}: closed-loop RPS; CPU us a run, concurrency 1 / closed loop"),
+            format!("{label}: closed-loop RPS; CPU us a request, concurrency 1 / closed loop"),
             String::new(),
             Box::new(move |g| {
                 let flow = &g["flows"][kind];
