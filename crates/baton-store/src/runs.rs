@@ -143,6 +143,29 @@ static RUN_INSERT: LazyLock<BulkInsert> = LazyLock::new(|| {
 static TAG_INSERT: LazyLock<BulkInsert> =
     LazyLock::new(|| BulkInsert::of::<run_tags::Entity>(OnConflict::IgnoreKey(&["run_id", "tag"])));
 
+/// A batch's runs without the pending rows a later write of the same run in the batch
+/// replaces: a tool loop's run is queued pending when it starts and written again when it ends,
+/// mostly within one batch, where the pending row would only be inserted and replaced in the
+/// same transaction (and the repeated id would start another statement).
+fn latest_writes(records: &[RunRecord]) -> Vec<&RunRecord> {
+    fn key(r: &RunRecord) -> (Option<&str>, &str) {
+        (r.tenant.as_ref().map(TenantId::as_str), r.id.as_str())
+    }
+    let last: HashMap<_, usize> = records
+        .iter()
+        .enumerate()
+        .map(|(at, record)| (key(record), at))
+        .collect();
+    records
+        .iter()
+        .enumerate()
+        .filter(|(at, record)| {
+            record.status != RunStatus::Pending || last.get(&key(record)) == Some(at)
+        })
+        .map(|(_, record)| record)
+        .collect()
+}
+
 fn from_model(m: runs::Model) -> RunRecord {
     // Stored by this crate as JSON; text that is not reads as absent.
     let raw = |text: Option<String>| text.and_then(|t| RawJson::from_text(t).ok());
@@ -263,7 +286,7 @@ impl Store {
         let mut rows: Vec<Value> = Vec::with_capacity(records.len() * RUN_INSERT.width());
         let mut ids: HashSet<&str> = HashSet::new();
         let mut tags: Vec<Value> = Vec::new();
-        for record in records {
+        for record in latest_writes(records) {
             let tenant = record.tenant.as_ref().ok_or_else(|| {
                 StoreError::Corrupt("run", format!("run {} has no tenant", record.id))
             })?;
@@ -1068,6 +1091,41 @@ pub mod test_support {
 mod tests {
     use super::test_support::{run_item, run_item_of, stuck_writer};
     use super::*;
+
+    #[test]
+    fn a_pending_row_replaced_later_in_its_batch_is_not_written() {
+        let run = |id: &str, status| {
+            let mut record = new_record(id.into(), TenantId::new("t"), RunKind::Flow, "m".into());
+            record.status = status;
+            record
+        };
+        let mut other_tenant = run("a", RunStatus::Pending);
+        other_tenant.tenant = Some(TenantId::new("u"));
+        let batch = [
+            run("a", RunStatus::Pending),
+            run("b", RunStatus::Pending),
+            other_tenant,
+            run("a", RunStatus::Succeeded),
+            // A finished write followed by a pending one (not how runs are queued): both kept,
+            // in order, as before.
+            run("c", RunStatus::Failed),
+            run("c", RunStatus::Pending),
+        ];
+        let kept: Vec<(&str, &str, RunStatus)> = latest_writes(&batch)
+            .iter()
+            .map(|r| (r.tenant.as_ref().unwrap().as_str(), r.id.as_str(), r.status))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("t", "b", RunStatus::Pending),
+                ("u", "a", RunStatus::Pending),
+                ("t", "a", RunStatus::Succeeded),
+                ("t", "c", RunStatus::Failed),
+                ("t", "c", RunStatus::Pending),
+            ]
+        );
+    }
 
     #[tokio::test]
     async fn callers_waiting_for_room_are_timed_from_the_oldest() {
