@@ -339,6 +339,7 @@ async fn flow_phases(
     name: &str,
     flows: &FlowTargets,
     pid: u32,
+    baton_addr: Option<&str>,
     sent: &mut Sent,
 ) -> anyhow::Result<Value> {
     let options = &ctx.options;
@@ -355,22 +356,36 @@ async fn flow_phases(
         let warm = driver::sequential(target, None, Some(FLOW_WARM_UP)).await?;
         sent.add_runs(&warm, runs);
 
+        // Each measured phase starts once the writer's queue is empty, as the chat phases do:
+        // the fixed rates before these can leave a backlog.
+        let lanes = LaneMeter::start(&ctx.client, baton_addr).await;
         let meter = CpuMeter::start(pid, ctx.clock_ticks);
         let c1 = driver::sequential(target, Some(options.duration), None).await?;
         let c1_cpu = meter.per_request(c1.sent);
+        let c1_batches = lanes.finish().await;
         sent.add_runs(&c1, runs);
-        progress(name, &format!("{label}, concurrency 1: {}", summary(&c1)));
+        progress(
+            name,
+            &format!(
+                "{label}, concurrency 1: {}{}",
+                summary(&c1),
+                lanes_note(&c1_batches)
+            ),
+        );
 
+        let lanes = LaneMeter::start(&ctx.client, baton_addr).await;
         let meter = CpuMeter::start(pid, ctx.clock_ticks);
         let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
         let conc_cpu = meter.per_request(conc.sent);
+        let conc_batches = lanes.finish().await;
         sent.add_runs(&conc, runs);
         progress(
             name,
             &format!(
-                "{label}, concurrency {}: {}",
+                "{label}, concurrency {}: {}{}",
                 options.concurrency,
-                summary(&conc)
+                summary(&conc),
+                lanes_note(&conc_batches)
             ),
         );
         phases.insert(
@@ -383,12 +398,14 @@ async fn flow_phases(
                     "added_p50_us": added(&c1, &ctx.baseline.c1, 0.50),
                     "added_p99_us": added(&c1, &ctx.baseline.c1, 0.99),
                     "cpu_us_per_request": c1_cpu,
+                    "log_batches": c1_batches,
                 },
                 "concurrency": {
                     "concurrency": options.concurrency,
                     "gateway": conc.json(),
                     "rps": (conc.rps() * 10.0).round() / 10.0,
                     "cpu_us_per_request": conc_cpu,
+                    "log_batches": conc_batches,
                 },
             }),
         );
@@ -525,7 +542,7 @@ pub async fn run_gateway(
     }
 
     let flows_json = match flows {
-        Some(flows) => flow_phases(ctx, name, flows, pid, &mut sent).await?,
+        Some(flows) => flow_phases(ctx, name, flows, pid, baton_addr, &mut sent).await?,
         None => Value::Null,
     };
 
