@@ -293,7 +293,7 @@ impl Store {
         &self,
         conn: &C,
         records: &[RunRecord],
-        settled: &std::collections::HashSet<String>,
+        settled: &foldhash::HashSet<String>,
     ) -> StoreResult<Vec<BudgetAlert>> {
         let finished: Vec<&RunRecord> = records
             .iter()

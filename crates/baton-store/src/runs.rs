@@ -1,6 +1,8 @@
 //! The invocation log: runs, their tags and stored events, written in batches by [`RunWriter`].
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -151,11 +153,10 @@ fn latest_writes(records: &[RunRecord]) -> Vec<&RunRecord> {
     fn key(r: &RunRecord) -> (Option<&str>, &str) {
         (r.tenant.as_ref().map(TenantId::as_str), r.id.as_str())
     }
-    let last: HashMap<_, usize> = records
-        .iter()
-        .enumerate()
-        .map(|(at, record)| (key(record), at))
-        .collect();
+    let mut last: HashMap<_, usize> = HashMap::with_capacity(records.len());
+    for (at, record) in records.iter().enumerate() {
+        last.insert(key(record), at);
+    }
     records
         .iter()
         .enumerate()
@@ -268,13 +269,15 @@ impl Store {
         };
         // The page from a run's first event rides in its row when this batch writes the run
         // finished (a one-call request: its one page); every other page is a page row.
-        let finished: HashSet<(&str, &str)> = records
-            .iter()
-            .filter(|r| r.status != RunStatus::Pending)
-            .filter_map(|r| Some((r.tenant.as_ref()?.as_str(), r.id.as_str())))
-            .collect();
+        let mut finished: HashSet<(&str, &str)> = HashSet::with_capacity(records.len());
+        finished.extend(
+            records
+                .iter()
+                .filter(|r| r.status != RunStatus::Pending)
+                .filter_map(|r| Some((r.tenant.as_ref()?.as_str(), r.id.as_str()))),
+        );
         let mut pages = pack_pages(events);
-        let mut in_rows: HashMap<(&str, &str), Vec<u8>> = HashMap::new();
+        let mut in_rows: HashMap<(&str, &str), Vec<u8>> = HashMap::with_capacity(finished.len());
         pages.retain_mut(|page| {
             let run = (page.tenant.as_str(), page.run_id);
             if page.first_seq != 0 || !finished.contains(&run) || in_rows.contains_key(&run) {
@@ -284,7 +287,7 @@ impl Store {
             false
         });
         let mut rows: Vec<Value> = Vec::with_capacity(records.len() * RUN_INSERT.width());
-        let mut ids: HashSet<&str> = HashSet::new();
+        let mut ids: HashSet<&str> = HashSet::with_capacity(records.len());
         let mut tags: Vec<Value> = Vec::new();
         for record in latest_writes(records) {
             let tenant = record.tenant.as_ref().ok_or_else(|| {
