@@ -305,6 +305,63 @@ fn lanes_note(batches: &Value) -> String {
     }
 }
 
+/// What a gateway's phases are measured with: its process, and where its log writer's counters
+/// and database server are read.
+#[derive(Clone, Copy)]
+struct Probe<'a> {
+    client: &'a reqwest::Client,
+    pid: u32,
+    ticks_per_second: u64,
+    /// Baton's address (its `/metrics`); `None` for a peer.
+    baton_addr: Option<&'a str>,
+    /// A PostgreSQL gateway's database, whose server processes' CPU is counted too.
+    database: Option<&'a procs::PgDatabase>,
+}
+
+impl<'a> Probe<'a> {
+    /// Starts a measured phase's meters once the log writer's queue is empty (so the phase
+    /// measures its own load, not a backlog the phases before it left).
+    async fn start(self) -> PhaseMeters<'a> {
+        let lanes = LaneMeter::start(self.client, self.baton_addr).await;
+        PhaseMeters {
+            lanes,
+            cpu: CpuMeter::start(self.pid, self.ticks_per_second),
+            database: DatabaseMeter::start(self.database, self.ticks_per_second),
+        }
+    }
+}
+
+/// The meters of one measured phase, read by [`PhaseMeters::finish`] right after its load.
+struct PhaseMeters<'a> {
+    lanes: LaneMeter<'a>,
+    cpu: CpuMeter,
+    database: Option<DatabaseMeter<'a>>,
+}
+
+/// What one phase cost, per request sent.
+struct PhaseCost {
+    cpu_us: i64,
+    /// The database server's CPU (`null` without one).
+    database_cpu_us: Value,
+    /// The log writer's batches by lane (`null` for a peer).
+    batches: Value,
+}
+
+impl PhaseMeters<'_> {
+    /// Reads the gateway's CPU at once, then the database server's and the writer's batches
+    /// once the writer has written what the phase queued.
+    async fn finish(self, requests: u64) -> PhaseCost {
+        let cpu_us = self.cpu.per_request(requests);
+        let database_cpu_us = DatabaseMeter::finish(self.database, &self.lanes, requests).await;
+        let batches = self.lanes.finish().await;
+        PhaseCost {
+            cpu_us,
+            database_cpu_us,
+            batches,
+        }
+    }
+}
+
 /// Counts what a gateway was sent, for the log-row check.
 #[derive(Default)]
 struct Sent {
@@ -338,8 +395,7 @@ async fn flow_phases(
     ctx: &Context,
     name: &str,
     flows: &FlowTargets,
-    pid: u32,
-    baton_addr: Option<&str>,
+    probe: Probe<'_>,
     sent: &mut Sent,
 ) -> anyhow::Result<Value> {
     let options = &ctx.options;
@@ -356,28 +412,22 @@ async fn flow_phases(
         let warm = driver::sequential(target, None, Some(FLOW_WARM_UP)).await?;
         sent.add_runs(&warm, runs);
 
-        // Each measured phase starts once the writer's queue is empty, as the chat phases do:
-        // the fixed rates before these can leave a backlog.
-        let lanes = LaneMeter::start(&ctx.client, baton_addr).await;
-        let meter = CpuMeter::start(pid, ctx.clock_ticks);
+        let meters = probe.start().await;
         let c1 = driver::sequential(target, Some(options.duration), None).await?;
-        let c1_cpu = meter.per_request(c1.sent);
-        let c1_batches = lanes.finish().await;
+        let c1_cost = meters.finish(c1.sent).await;
         sent.add_runs(&c1, runs);
         progress(
             name,
             &format!(
                 "{label}, concurrency 1: {}{}",
                 summary(&c1),
-                lanes_note(&c1_batches)
+                lanes_note(&c1_cost.batches)
             ),
         );
 
-        let lanes = LaneMeter::start(&ctx.client, baton_addr).await;
-        let meter = CpuMeter::start(pid, ctx.clock_ticks);
+        let meters = probe.start().await;
         let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
-        let conc_cpu = meter.per_request(conc.sent);
-        let conc_batches = lanes.finish().await;
+        let conc_cost = meters.finish(conc.sent).await;
         sent.add_runs(&conc, runs);
         progress(
             name,
@@ -385,7 +435,7 @@ async fn flow_phases(
                 "{label}, concurrency {}: {}{}",
                 options.concurrency,
                 summary(&conc),
-                lanes_note(&conc_batches)
+                lanes_note(&conc_cost.batches)
             ),
         );
         phases.insert(
@@ -397,15 +447,17 @@ async fn flow_phases(
                     // Against one direct call: a plain flow run makes one, an agent tree three.
                     "added_p50_us": added(&c1, &ctx.baseline.c1, 0.50),
                     "added_p99_us": added(&c1, &ctx.baseline.c1, 0.99),
-                    "cpu_us_per_request": c1_cpu,
-                    "log_batches": c1_batches,
+                    "cpu_us_per_request": c1_cost.cpu_us,
+                    "database_cpu_us_per_request": c1_cost.database_cpu_us,
+                    "log_batches": c1_cost.batches,
                 },
                 "concurrency": {
                     "concurrency": options.concurrency,
                     "gateway": conc.json(),
                     "rps": (conc.rps() * 10.0).round() / 10.0,
-                    "cpu_us_per_request": conc_cpu,
-                    "log_batches": conc_batches,
+                    "cpu_us_per_request": conc_cost.cpu_us,
+                    "database_cpu_us_per_request": conc_cost.database_cpu_us,
+                    "log_batches": conc_cost.batches,
                 },
             }),
         );
@@ -427,6 +479,13 @@ pub async fn run_gateway(
     let options = ctx.options.clone();
     let client = ctx.client.clone();
     let ticks = ctx.clock_ticks;
+    let probe = Probe {
+        client: &client,
+        pid,
+        ticks_per_second: ticks,
+        baton_addr,
+        database,
+    };
     let mut sent = Sent::default();
     let mut cpu = serde_json::Map::new();
 
@@ -441,39 +500,35 @@ pub async fn run_gateway(
     let warm_streams = driver::streams(&client, target, 3).await?;
     sent.add(&warm_streams.ttft);
 
-    let lanes = LaneMeter::start(&client, baton_addr).await;
-    let meter = CpuMeter::start(pid, ticks);
-    let database_meter = DatabaseMeter::start(database, ticks);
+    let meters = probe.start().await;
     let c1 = driver::sequential(target, Some(options.duration), None).await?;
-    let c1_cpu = meter.per_request(c1.sent);
-    let c1_database_cpu = DatabaseMeter::finish(database_meter, &lanes, c1.sent).await;
-    let c1_batches = lanes.finish().await;
+    let c1_cost = meters.finish(c1.sent).await;
     sent.add(&c1);
-    cpu.insert("concurrency_1".into(), c1_cpu.into());
+    cpu.insert("concurrency_1".into(), c1_cost.cpu_us.into());
     progress(
         name,
-        &format!("concurrency 1: {}{}", summary(&c1), lanes_note(&c1_batches)),
+        &format!(
+            "concurrency 1: {}{}",
+            summary(&c1),
+            lanes_note(&c1_cost.batches)
+        ),
     );
     let c1_json = json!({
         "gateway": c1.json(),
         "added_p50_us": added(&c1, &ctx.baseline.c1, 0.50),
         "added_p99_us": added(&c1, &ctx.baseline.c1, 0.99),
-        "cpu_us_per_request": c1_cpu,
-        "database_cpu_us_per_request": c1_database_cpu,
-        "log_batches": c1_batches,
+        "cpu_us_per_request": c1_cost.cpu_us,
+        "database_cpu_us_per_request": c1_cost.database_cpu_us,
+        "log_batches": c1_cost.batches,
     });
 
-    let lanes = LaneMeter::start(&client, baton_addr).await;
-    let meter = CpuMeter::start(pid, ticks);
-    let database_meter = DatabaseMeter::start(database, ticks);
+    let meters = probe.start().await;
     let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
-    let conc_cpu = meter.per_request(conc.sent);
-    let conc_database_cpu = DatabaseMeter::finish(database_meter, &lanes, conc.sent).await;
-    let conc_batches = lanes.finish().await;
+    let conc_cost = meters.finish(conc.sent).await;
     sent.add(&conc);
     cpu.insert(
         format!("concurrency_{}", options.concurrency),
-        conc_cpu.into(),
+        conc_cost.cpu_us.into(),
     );
     progress(
         name,
@@ -481,7 +536,7 @@ pub async fn run_gateway(
             "concurrency {}: {}{}",
             options.concurrency,
             summary(&conc),
-            lanes_note(&conc_batches)
+            lanes_note(&conc_cost.batches)
         ),
     );
     let headroom = ctx.baseline.conc.rps() / conc.rps().max(f64::MIN_POSITIVE);
@@ -491,9 +546,9 @@ pub async fn run_gateway(
         "rps": (conc.rps() * 10.0).round() / 10.0,
         "mock_headroom": (headroom * 10.0).round() / 10.0,
         "mock_headroom_ok": headroom >= 5.0,
-        "cpu_us_per_request": conc_cpu,
-        "database_cpu_us_per_request": conc_database_cpu,
-        "log_batches": conc_batches,
+        "cpu_us_per_request": conc_cost.cpu_us,
+        "database_cpu_us_per_request": conc_cost.database_cpu_us,
+        "log_batches": conc_cost.batches,
     });
     if headroom < 5.0 {
         progress(
@@ -517,32 +572,32 @@ pub async fn run_gateway(
             .baseline
             .at_rate(&client, &ctx.direct, rate, options.duration)
             .await?;
-        let lanes = LaneMeter::start(&client, baton_addr).await;
-        let meter = CpuMeter::start(pid, ticks);
-        let database_meter = DatabaseMeter::start(database, ticks);
+        let meters = probe.start().await;
         let outcome = driver::fixed_rate(&client, target, rate as f64, options.duration).await?;
-        let phase_cpu = meter.per_request(outcome.sent);
-        let database_cpu = DatabaseMeter::finish(database_meter, &lanes, outcome.sent).await;
-        let batches = lanes.finish().await;
+        let cost = meters.finish(outcome.sent).await;
         sent.add(&outcome);
-        cpu.insert(format!("fixed_{rate}"), phase_cpu.into());
+        cpu.insert(format!("fixed_{rate}"), cost.cpu_us.into());
         progress(
             name,
-            &format!("{rate} RPS: {}{}", summary(&outcome), lanes_note(&batches)),
+            &format!(
+                "{rate} RPS: {}{}",
+                summary(&outcome),
+                lanes_note(&cost.batches)
+            ),
         );
         fixed.push(json!({
             "rate": rate,
             "gateway": outcome.json(),
             "added_p50_us": added(&outcome, direct, 0.50),
             "added_p99_us": added(&outcome, direct, 0.99),
-            "cpu_us_per_request": phase_cpu,
-            "database_cpu_us_per_request": database_cpu,
-            "log_batches": batches,
+            "cpu_us_per_request": cost.cpu_us,
+            "database_cpu_us_per_request": cost.database_cpu_us,
+            "log_batches": cost.batches,
         }));
     }
 
     let flows_json = match flows {
-        Some(flows) => flow_phases(ctx, name, flows, pid, baton_addr, &mut sent).await?,
+        Some(flows) => flow_phases(ctx, name, flows, probe, &mut sent).await?,
         None => Value::Null,
     };
 
@@ -609,12 +664,10 @@ pub async fn run_gateway(
             .baseline
             .at_rate(&client, &ctx.direct, rate, options.sweep_duration)
             .await?;
-        let lanes = LaneMeter::start(&client, baton_addr).await;
-        let meter = CpuMeter::start(pid, ticks);
+        let meters = probe.start().await;
         let outcome =
             driver::fixed_rate(&client, target, rate as f64, options.sweep_duration).await?;
-        let phase_cpu = meter.per_request(outcome.sent);
-        let batches = lanes.finish().await;
+        let cost = meters.finish(outcome.sent).await;
         sent.add(&outcome);
         let added_p99 = added(&outcome, direct, 0.99);
         let achieved = outcome.rps() >= 0.95 * rate as f64;
@@ -627,7 +680,7 @@ pub async fn run_gateway(
                 "sweep {rate} RPS: added p99 {added_p99} us, {:.2}% errors: {}{}",
                 outcome.error_rate() * 100.0,
                 if passed { "pass" } else { "fail (sweep ends)" },
-                lanes_note(&batches)
+                lanes_note(&cost.batches)
             ),
         );
         steps.push(json!({
@@ -637,8 +690,9 @@ pub async fn run_gateway(
             "direct_p99_us": direct.quantile(0.99),
             "added_p99_us": added_p99,
             "error_rate": outcome.error_rate(),
-            "cpu_us_per_request": phase_cpu,
-            "log_batches": batches,
+            "cpu_us_per_request": cost.cpu_us,
+            "database_cpu_us_per_request": cost.database_cpu_us,
+            "log_batches": cost.batches,
             "passed": passed,
         }));
         if !passed {
