@@ -462,8 +462,18 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
                 if flow.is_null() {
                     return "-".into();
                 }
+                let database = |phase: &str| &flow[phase]["database_cpu_us_per_request"];
+                // A PostgreSQL gateway's logging work is the database server's CPU.
+                let database_note = if database("concurrency_1").is_null() {
+                    String::new()
+                } else {
+                    format!(
+                        " (database server {})",
+                        pair(database("concurrency_1"), database("concurrency"))
+                    )
+                };
                 format!(
-                    "{}; {}",
+                    "{}; {}{database_note}",
                     num(&flow["concurrency"]["rps"]),
                     pair(
                         &flow["concurrency_1"]["cpu_us_per_request"],
