@@ -1,8 +1,6 @@
 //! The invocation log: runs, their tags and stored events, written in batches by [`RunWriter`].
 
 use std::collections::VecDeque;
-
-use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -11,6 +9,7 @@ use baton_domain::chat::Usage;
 use baton_domain::logs::RunLogEntry;
 use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
+use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use sea_orm::sea_query::{Expr, Query};
 use sea_orm::{
     ColumnTrait, Condition, ConnectionTrait, EntityTrait, IdenStatic, Iterable, QueryFilter,
