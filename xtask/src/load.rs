@@ -135,6 +135,7 @@ async fn drive(
         direct,
         baseline,
         baton,
+        mock_pid: mock.pid(),
     };
 
     let mut paths = Vec::new();

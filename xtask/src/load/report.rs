@@ -177,13 +177,14 @@ fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
             ));
         }
         let headroom = &g["concurrency"]["mock_headroom"];
+        let by_cpu = mock_cpu_note(g);
         out.push(target(
             g,
             "mock headroom >= 5x (mock throughput / gateway's)",
             if g["concurrency"]["mock_headroom_ok"] == true {
-                format!("{headroom}x")
+                format!("{headroom}x{by_cpu}")
             } else {
-                format!("{headroom}x: mock headroom insufficient")
+                format!("{headroom}x: mock headroom insufficient{by_cpu}")
             },
             Some(g["concurrency"]["mock_headroom_ok"] == true),
         ));
@@ -266,6 +267,22 @@ fn group(n: i64) -> String {
         out.push(c);
     }
     if n < 0 { format!("-{out}") } else { out }
+}
+
+/// `" (mock busy 15% of its thread: 6.7x)"`: the mock's CPU in the gateway's closed loop, and
+/// the headroom that leaves its one thread; empty when it was not read.
+fn mock_cpu_note(gateway: &Value) -> String {
+    let conc = &gateway["concurrency"];
+    match (
+        conc["mock_cpu_share"].as_f64(),
+        conc["mock_headroom_by_cpu"].as_f64(),
+    ) {
+        (Some(share), Some(headroom)) => format!(
+            " (mock busy {:.0}% of its thread: {headroom:.1}x)",
+            share * 100.0
+        ),
+        _ => String::new(),
+    }
 }
 
 fn pair(a: &Value, b: &Value) -> String {
@@ -410,9 +427,10 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
         Box::new(|g| {
             let ok = g["concurrency"]["mock_headroom_ok"] == true;
             format!(
-                "{}x{}",
+                "{}x{}{}",
                 num(&g["concurrency"]["mock_headroom"]),
-                if ok { "" } else { " INSUFFICIENT" }
+                if ok { "" } else { " INSUFFICIENT" },
+                mock_cpu_note(g)
             )
         }),
     ));
@@ -712,6 +730,14 @@ mod tests {
         assert_eq!(group(-1234567), "-1,234,567");
         assert_eq!(num(&json!(12.34)), "12.3");
         assert_eq!(num(&Value::Null), "-");
+    }
+
+    #[test]
+    fn the_mock_s_cpu_share_is_shown_beside_its_headroom_when_read() {
+        let read = json!({"concurrency": {"mock_cpu_share": 0.15, "mock_headroom_by_cpu": 6.7}});
+        assert_eq!(mock_cpu_note(&read), " (mock busy 15% of its thread: 6.7x)");
+        let unread = json!({"concurrency": {"mock_cpu_share": null, "mock_headroom_by_cpu": null}});
+        assert_eq!(mock_cpu_note(&unread), "");
     }
 
     #[test]

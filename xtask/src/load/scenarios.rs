@@ -33,6 +33,9 @@ pub struct Context {
     pub baseline: Baseline,
     /// The `baton` binary the Baton gateways run (`--pgo`: the profile-guided one).
     pub baton: PathBuf,
+    /// The mock's process, whose CPU in a gateway's closed loop shows how far it was from
+    /// being the bottleneck.
+    pub mock_pid: u32,
 }
 
 /// The direct figures: fixed rates (and sweep steps) are measured on first use and kept.
@@ -180,6 +183,32 @@ impl CpuMeter {
     fn per_request(self, requests: u64) -> i64 {
         let ticks = procs::cpu_ticks(self.pid).saturating_sub(self.before);
         micros_per_request(ticks, self.ticks_per_second, requests)
+    }
+}
+
+/// The share of one core a process used over a phase (CPU time / wall time).
+struct BusyMeter {
+    pid: u32,
+    ticks_per_second: u64,
+    before: u64,
+    started: Instant,
+}
+
+impl BusyMeter {
+    fn start(pid: u32, ticks_per_second: u64) -> BusyMeter {
+        BusyMeter {
+            pid,
+            ticks_per_second,
+            before: procs::cpu_ticks(pid),
+            started: Instant::now(),
+        }
+    }
+
+    /// `None` when no time passed or the process could not be read.
+    fn share(self) -> Option<f64> {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let ticks = procs::cpu_ticks(self.pid).checked_sub(self.before)?;
+        (elapsed > 0.0).then(|| ticks as f64 / self.ticks_per_second.max(1) as f64 / elapsed)
     }
 }
 
@@ -523,7 +552,9 @@ pub async fn run_gateway(
     });
 
     let meters = probe.start().await;
+    let mock_busy = BusyMeter::start(ctx.mock_pid, ticks);
     let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
+    let mock_share = mock_busy.share();
     let conc_cost = meters.finish(conc.sent).await;
     sent.add(&conc);
     cpu.insert(
@@ -546,6 +577,13 @@ pub async fn run_gateway(
         "rps": (conc.rps() * 10.0).round() / 10.0,
         "mock_headroom": (headroom * 10.0).round() / 10.0,
         "mock_headroom_ok": headroom >= 5.0,
+        // The mock serves on one thread: the share of a core it used here bounds what it could
+        // serve with that core to itself, where the direct closed loop shares the machine
+        // with the driver.
+        "mock_cpu_share": mock_share.map(|share| (share * 1000.0).round() / 1000.0),
+        "mock_headroom_by_cpu": mock_share
+            .filter(|share| *share > 0.0)
+            .map(|share| (10.0 / share).round() / 10.0),
         "cpu_us_per_request": conc_cost.cpu_us,
         "database_cpu_us_per_request": conc_cost.database_cpu_us,
         "log_batches": conc_cost.batches,
