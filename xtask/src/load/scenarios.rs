@@ -164,11 +164,12 @@ fn added_q(
     Value::from(gateway.value_at_quantile(q) as i64 - direct.value_at_quantile(q) as i64)
 }
 
-/// CPU time of the gateway's process tree over one phase, per request sent.
+/// CPU time of a process tree over one phase: per request sent, or as a share of one core.
 struct CpuMeter {
     pid: u32,
     ticks_per_second: u64,
     before: u64,
+    started: Instant,
 }
 
 impl CpuMeter {
@@ -177,6 +178,7 @@ impl CpuMeter {
             pid,
             ticks_per_second,
             before: procs::cpu_ticks(pid),
+            started: Instant::now(),
         }
     }
 
@@ -184,28 +186,10 @@ impl CpuMeter {
         let ticks = procs::cpu_ticks(self.pid).saturating_sub(self.before);
         micros_per_request(ticks, self.ticks_per_second, requests)
     }
-}
 
-/// The share of one core a process used over a phase (CPU time / wall time).
-struct BusyMeter {
-    pid: u32,
-    ticks_per_second: u64,
-    before: u64,
-    started: Instant,
-}
-
-impl BusyMeter {
-    fn start(pid: u32, ticks_per_second: u64) -> BusyMeter {
-        BusyMeter {
-            pid,
-            ticks_per_second,
-            before: procs::cpu_ticks(pid),
-            started: Instant::now(),
-        }
-    }
-
-    /// `None` when no time passed or the process could not be read.
-    fn share(self) -> Option<f64> {
+    /// CPU time over wall time since the start; `None` when no time passed or the process
+    /// could not be read.
+    fn core_share(self) -> Option<f64> {
         let elapsed = self.started.elapsed().as_secs_f64();
         let ticks = procs::cpu_ticks(self.pid).checked_sub(self.before)?;
         (elapsed > 0.0).then(|| ticks as f64 / self.ticks_per_second.max(1) as f64 / elapsed)
@@ -552,9 +536,9 @@ pub async fn run_gateway(
     });
 
     let meters = probe.start().await;
-    let mock_busy = BusyMeter::start(ctx.mock_pid, ticks);
+    let mock_cpu = CpuMeter::start(ctx.mock_pid, ticks);
     let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
-    let mock_share = mock_busy.share();
+    let mock_share = mock_cpu.core_share();
     let conc_cost = meters.finish(conc.sent).await;
     sent.add(&conc);
     cpu.insert(
