@@ -127,7 +127,7 @@ async fn drive(
         "gpt-4o-mini",
         "gpt-4o-mini",
     );
-    let baseline = Baseline::measure(&options, &client, &direct).await?;
+    let baseline = Baseline::measure(&options, &client, &direct, mock.pid()).await?;
     let mut ctx = Context {
         options: options.clone(),
         client,

@@ -180,7 +180,7 @@ fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
         let by_cpu = mock_cpu_note(g);
         out.push(target(
             g,
-            "mock headroom >= 5x (mock throughput / gateway's)",
+            "mock headroom >= 5x (mock capacity / gateway's throughput)",
             if g["concurrency"]["mock_headroom_ok"] == true {
                 format!("{headroom}x{by_cpu}")
             } else {
@@ -269,19 +269,26 @@ fn group(n: i64) -> String {
     if n < 0 { format!("-{out}") } else { out }
 }
 
-/// `" (mock busy 15% of its thread: 6.7x)"`: the mock's CPU in the gateway's closed loop, and
-/// the headroom that leaves its one thread; empty when it was not read.
+/// `" (direct 4.3x; mock busy 15%)"`: beside the headroom against the mock's capacity, the
+/// direct closed loop's throughput over the gateway's, and the share of its one thread the
+/// mock was busy while the gateway was measured; each left out when not read.
 fn mock_cpu_note(gateway: &Value) -> String {
     let conc = &gateway["concurrency"];
-    match (
-        conc["mock_cpu_share"].as_f64(),
-        conc["mock_headroom_by_cpu"].as_f64(),
-    ) {
-        (Some(share), Some(headroom)) => format!(
-            " (mock busy {:.0}% of its thread: {headroom:.1}x)",
-            share * 100.0
-        ),
-        _ => String::new(),
+    let parts: Vec<String> = [
+        conc["direct_throughput_ratio"]
+            .as_f64()
+            .map(|ratio| format!("direct {ratio:.1}x")),
+        conc["mock_cpu_share"]
+            .as_f64()
+            .map(|share| format!("mock busy {:.0}%", share * 100.0)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", parts.join("; "))
     }
 }
 
@@ -422,7 +429,7 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
         }),
     ));
     rows.push((
-        "mock headroom (direct / gateway RPS)".into(),
+        "mock headroom (mock capacity / gateway RPS)".into(),
         String::new(),
         Box::new(|g| {
             let ok = g["concurrency"]["mock_headroom_ok"] == true;
@@ -733,10 +740,14 @@ mod tests {
     }
 
     #[test]
-    fn the_mock_s_cpu_share_is_shown_beside_its_headroom_when_read() {
-        let read = json!({"concurrency": {"mock_cpu_share": 0.15, "mock_headroom_by_cpu": 6.7}});
-        assert_eq!(mock_cpu_note(&read), " (mock busy 15% of its thread: 6.7x)");
-        let unread = json!({"concurrency": {"mock_cpu_share": null, "mock_headroom_by_cpu": null}});
+    fn the_direct_ratio_and_the_mock_s_cpu_share_are_shown_beside_its_headroom_when_read() {
+        let read = json!({"concurrency": {"direct_throughput_ratio": 4.3, "mock_cpu_share": 0.15}});
+        assert_eq!(mock_cpu_note(&read), " (direct 4.3x; mock busy 15%)");
+        let share_unread =
+            json!({"concurrency": {"direct_throughput_ratio": 4.3, "mock_cpu_share": null}});
+        assert_eq!(mock_cpu_note(&share_unread), " (direct 4.3x)");
+        let unread =
+            json!({"concurrency": {"direct_throughput_ratio": null, "mock_cpu_share": null}});
         assert_eq!(mock_cpu_note(&unread), "");
     }
 

@@ -42,6 +42,12 @@ pub struct Context {
 pub struct Baseline {
     pub c1: Outcome,
     pub conc: Outcome,
+    /// What the mock serves a second of its one thread's CPU, read in the direct closed loop
+    /// (its throughput over its busy share): the capacity a gateway's throughput is held
+    /// against. `None` when its CPU could not be read.
+    pub mock_capacity_rps: Option<f64>,
+    /// The mock's busy share of its thread in the direct closed loop.
+    mock_cpu_share: Option<f64>,
     pub streams: StreamOutcome,
     pub many: StreamOutcome,
     rates: BTreeMap<(u64, u64), Outcome>,
@@ -73,15 +79,30 @@ impl Baseline {
         options: &Options,
         client: &reqwest::Client,
         direct: &Target,
+        mock_pid: u32,
     ) -> anyhow::Result<Baseline> {
         progress("direct", "warm-up");
         driver::sequential(direct, None, Some(WARM_UP)).await?;
         let c1 = driver::sequential(direct, Some(options.duration), None).await?;
         progress("direct", &format!("concurrency 1: {}", summary(&c1)));
+        let mock_cpu = CpuMeter::start(mock_pid, procs::clock_ticks_per_second());
         let conc = driver::concurrent(direct, options.concurrency, options.duration).await?;
+        let mock_cpu_share = mock_cpu.core_share();
+        let mock_capacity_rps = mock_capacity(conc.rps(), mock_cpu_share);
         progress(
             "direct",
-            &format!("concurrency {}: {}", options.concurrency, summary(&conc)),
+            &format!(
+                "concurrency {}: {}{}",
+                options.concurrency,
+                summary(&conc),
+                match (mock_cpu_share, mock_capacity_rps) {
+                    (Some(share), Some(capacity)) => format!(
+                        "; mock busy {:.0}% of its thread: {capacity:.0} RPS a busy second",
+                        share * 100.0
+                    ),
+                    _ => String::new(),
+                }
+            ),
         );
         let streams = driver::streams(client, direct, options.streams).await?;
         progress(
@@ -104,6 +125,8 @@ impl Baseline {
         Ok(Baseline {
             c1,
             conc,
+            mock_capacity_rps,
+            mock_cpu_share,
             streams,
             many,
             rates: BTreeMap::new(),
@@ -137,6 +160,8 @@ impl Baseline {
         json!({
             "concurrency_1": self.c1.json(),
             "concurrency": self.conc.json(),
+            "mock_cpu_share": self.mock_cpu_share.map(|share| (share * 1000.0).round() / 1000.0),
+            "mock_capacity_rps": self.mock_capacity_rps.map(f64::round),
             "streams": self.streams.json(),
             "concurrent_streams": self.many.json(),
             "rates": rates,
@@ -194,6 +219,17 @@ impl CpuMeter {
         let ticks = procs::cpu_ticks(self.pid).checked_sub(self.before)?;
         (elapsed > 0.0).then(|| ticks as f64 / self.ticks_per_second.max(1) as f64 / elapsed)
     }
+}
+
+/// What the mock serves a second of its thread's CPU: `rps` over the share of a core it was
+/// busy. The direct closed loop shares two vCPUs with the driver, so its throughput alone
+/// bounds the driver as much as the mock, and falls as the gateway gets cheaper; the mock
+/// serves on one thread, so throughput over busy share is what that thread can do. `None`
+/// when the share was not read or too small to divide by.
+fn mock_capacity(rps: f64, share: Option<f64>) -> Option<f64> {
+    share
+        .filter(|share| *share >= 0.01)
+        .map(|share| rps / share.min(1.0))
 }
 
 /// `ticks` of CPU (at `ticks_per_second`) spread over `requests`, in whole microseconds.
@@ -554,20 +590,23 @@ pub async fn run_gateway(
             lanes_note(&conc_cost.batches)
         ),
     );
-    let headroom = ctx.baseline.conc.rps() / conc.rps().max(f64::MIN_POSITIVE);
+    let gateway_rps = conc.rps().max(f64::MIN_POSITIVE);
+    let direct_ratio = ctx.baseline.conc.rps() / gateway_rps;
+    // Against the mock's capacity where its CPU was read, else the direct throughput (a lower
+    // bound of the capacity).
+    let headroom = ctx
+        .baseline
+        .mock_capacity_rps
+        .map_or(direct_ratio, |capacity| capacity / gateway_rps);
     let conc_json = json!({
         "concurrency": options.concurrency,
         "gateway": conc.json(),
         "rps": (conc.rps() * 10.0).round() / 10.0,
         "mock_headroom": (headroom * 10.0).round() / 10.0,
         "mock_headroom_ok": headroom >= 5.0,
-        // The mock serves on one thread: the share of a core it used here bounds what it could
-        // serve with that core to itself, where the direct closed loop shares the machine
-        // with the driver.
+        "direct_throughput_ratio": (direct_ratio * 10.0).round() / 10.0,
+        // The mock's busy share of its thread while this gateway was measured.
         "mock_cpu_share": mock_share.map(|share| (share * 1000.0).round() / 1000.0),
-        "mock_headroom_by_cpu": mock_share
-            .filter(|share| *share > 0.0)
-            .map(|share| (10.0 / share).round() / 10.0),
         "cpu_us_per_request": conc_cost.cpu_us,
         "database_cpu_us_per_request": conc_cost.database_cpu_us,
         "log_batches": conc_cost.batches,
@@ -793,4 +832,20 @@ pub async fn run_gateway(
         "errors": sent.errors,
         "shed": sent.shed,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mock_s_capacity_is_its_throughput_over_its_busy_share() {
+        // Busy half its thread at 60k RPS: a whole thread would serve 120k.
+        assert_eq!(mock_capacity(60_000.0, Some(0.5)), Some(120_000.0));
+        // A share over one core (a second thread's moment) counts as the whole core.
+        assert_eq!(mock_capacity(60_000.0, Some(1.2)), Some(60_000.0));
+        // Unread, or too small a share to divide by: no capacity, the direct ratio is used.
+        assert_eq!(mock_capacity(60_000.0, None), None);
+        assert_eq!(mock_capacity(60_000.0, Some(0.0)), None);
+    }
 }
