@@ -177,14 +177,14 @@ fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
             ));
         }
         let headroom = &g["concurrency"]["mock_headroom"];
-        let by_cpu = mock_cpu_note(g);
+        let note = headroom_note(g);
         out.push(target(
             g,
             "mock headroom >= 5x (mock capacity / gateway's throughput)",
             if g["concurrency"]["mock_headroom_ok"] == true {
-                format!("{headroom}x{by_cpu}")
+                format!("{headroom}x{note}")
             } else {
-                format!("{headroom}x: mock headroom insufficient{by_cpu}")
+                format!("{headroom}x: mock headroom insufficient{note}")
             },
             Some(g["concurrency"]["mock_headroom_ok"] == true),
         ));
@@ -272,7 +272,7 @@ fn group(n: i64) -> String {
 /// `" (direct 4.3x; mock busy 15%)"`: beside the headroom against the mock's capacity, the
 /// direct closed loop's throughput over the gateway's, and the share of its one thread the
 /// mock was busy while the gateway was measured; each left out when not read.
-fn mock_cpu_note(gateway: &Value) -> String {
+fn headroom_note(gateway: &Value) -> String {
     let conc = &gateway["concurrency"];
     let parts: Vec<String> = [
         conc["direct_throughput_ratio"]
@@ -437,7 +437,7 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
                 "{}x{}{}",
                 num(&g["concurrency"]["mock_headroom"]),
                 if ok { "" } else { " INSUFFICIENT" },
-                mock_cpu_note(g)
+                headroom_note(g)
             )
         }),
     ));
@@ -742,13 +742,13 @@ mod tests {
     #[test]
     fn the_direct_ratio_and_the_mock_s_cpu_share_are_shown_beside_its_headroom_when_read() {
         let read = json!({"concurrency": {"direct_throughput_ratio": 4.3, "mock_cpu_share": 0.15}});
-        assert_eq!(mock_cpu_note(&read), " (direct 4.3x; mock busy 15%)");
+        assert_eq!(headroom_note(&read), " (direct 4.3x; mock busy 15%)");
         let share_unread =
             json!({"concurrency": {"direct_throughput_ratio": 4.3, "mock_cpu_share": null}});
-        assert_eq!(mock_cpu_note(&share_unread), " (direct 4.3x)");
+        assert_eq!(headroom_note(&share_unread), " (direct 4.3x)");
         let unread =
             json!({"concurrency": {"direct_throughput_ratio": null, "mock_cpu_share": null}});
-        assert_eq!(mock_cpu_note(&unread), "");
+        assert_eq!(headroom_note(&unread), "");
     }
 
     #[test]

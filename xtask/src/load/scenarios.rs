@@ -45,7 +45,7 @@ pub struct Baseline {
     /// What the mock serves a second of its one thread's CPU, read in the direct closed loop
     /// (its throughput over its busy share): the capacity a gateway's throughput is held
     /// against. `None` when its CPU could not be read.
-    pub mock_capacity_rps: Option<f64>,
+    mock_capacity_rps: Option<f64>,
     /// The mock's busy share of its thread in the direct closed loop.
     mock_cpu_share: Option<f64>,
     pub streams: StreamOutcome,
