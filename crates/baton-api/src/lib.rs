@@ -84,16 +84,36 @@ pub(crate) fn with_request_layers(
                 header::COOKIE,
                 HeaderName::from_static("x-baton-callback-token"),
             ]))
-            .layer(middleware::from_fn_with_state(metrics, context::request_context))
-            .layer(TraceLayer::new_for_http().make_span_with(|request: &axum::http::Request<_>| {
-                let request_id = request.extensions().get::<RequestId>().map(|r| r.0.as_str()).unwrap_or("");
-                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
-            }).on_failure(body_failed))
+            .layer(middleware::from_fn_with_state(
+                metrics,
+                context::request_context,
+            ))
+            .layer(
+                TraceLayer::new_for_http()
+                    .make_span_with(|request: &axum::http::Request<_>| {
+                        let request_id = request
+                            .extensions()
+                            .get::<RequestId>()
+                            .map(|r| r.0.as_str())
+                            .unwrap_or("");
+                        // `&str` fields, recorded as they are; `%` would format each through `Display`.
+                        tracing::info_span!(
+                            "request",
+                            method = request.method().as_str(),
+                            path = request.uri().path(),
+                            request_id
+                        )
+                    })
+                    .on_failure(body_failed),
+            )
             .layer(CatchPanicLayer::custom(context::panic_response))
             // A backstop only: the executor ends its calls at `request_timeout` itself (504
             // `PROVIDER_TIMEOUT`, the run logged). Firing at the same instant, this layer won the
             // race and dropped the handler: a bare `TIMEOUT` and no invocation-log row.
-            .layer(TimeoutLayer::with_status_code(StatusCode::GATEWAY_TIMEOUT, config.request_timeout + DEADLINE_GRACE))
+            .layer(TimeoutLayer::with_status_code(
+                StatusCode::GATEWAY_TIMEOUT,
+                config.request_timeout + DEADLINE_GRACE,
+            ))
             .layer(DefaultBodyLimit::max(config.max_body_bytes))
             .layer(Extension(extract::BodyLimit(config.max_body_bytes))),
     )

@@ -123,7 +123,7 @@ impl JsonFieldWriter<'_, '_> {
                 self.writer.write_char(',')?;
             }
             self.first = false;
-            write_json_string(self.writer, format_args!("{name}"))?;
+            write_json_str(self.writer, name)?;
             self.writer.write_char(':')?;
             value(self.writer)
         })();
@@ -132,7 +132,7 @@ impl JsonFieldWriter<'_, '_> {
 
 impl Visit for JsonFieldWriter<'_, '_> {
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.pair(field, |w| write_json_string(w, format_args!("{value}")));
+        self.pair(field, |w| write_json_str(w, value));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
@@ -163,36 +163,45 @@ impl Visit for JsonFieldWriter<'_, '_> {
 
 /// `text` as a JSON string, escaped as it is formatted (no intermediate `String`).
 fn write_json_string(writer: &mut Writer<'_>, text: std::fmt::Arguments<'_>) -> std::fmt::Result {
-    struct Escaping<'a, 'writer>(&'a mut Writer<'writer>);
-
-    impl std::fmt::Write for Escaping<'_, '_> {
-        fn write_str(&mut self, text: &str) -> std::fmt::Result {
-            let mut plain = 0;
-            for (at, byte) in text.bytes().enumerate() {
-                let escape = match byte {
-                    b'"' => "\\\"",
-                    b'\\' => "\\\\",
-                    b'\n' => "\\n",
-                    b'\r' => "\\r",
-                    b'\t' => "\\t",
-                    0..=0x1f => "",
-                    _ => continue,
-                };
-                self.0.write_str(&text[plain..at])?;
-                if escape.is_empty() {
-                    write!(self.0, "\\u{byte:04x}")?;
-                } else {
-                    self.0.write_str(escape)?;
-                }
-                plain = at + 1;
-            }
-            self.0.write_str(&text[plain..])
-        }
-    }
-
     writer.write_char('"')?;
     Escaping(writer).write_fmt(text)?;
     writer.write_char('"')
+}
+
+/// `text` as a JSON string: the span's fields are `&str`s, escaped without the formatting
+/// machinery `write_json_string` goes through.
+fn write_json_str(writer: &mut Writer<'_>, text: &str) -> std::fmt::Result {
+    writer.write_char('"')?;
+    Escaping(writer).write_str(text)?;
+    writer.write_char('"')
+}
+
+/// Writes what it is given JSON-escaped.
+struct Escaping<'a, 'writer>(&'a mut Writer<'writer>);
+
+impl std::fmt::Write for Escaping<'_, '_> {
+    fn write_str(&mut self, text: &str) -> std::fmt::Result {
+        let mut plain = 0;
+        for (at, byte) in text.bytes().enumerate() {
+            let escape = match byte {
+                b'"' => "\\\"",
+                b'\\' => "\\\\",
+                b'\n' => "\\n",
+                b'\r' => "\\r",
+                b'\t' => "\\t",
+                0..=0x1f => "",
+                _ => continue,
+            };
+            self.0.write_str(&text[plain..at])?;
+            if escape.is_empty() {
+                write!(self.0, "\\u{byte:04x}")?;
+            } else {
+                self.0.write_str(escape)?;
+            }
+            plain = at + 1;
+        }
+        self.0.write_str(&text[plain..])
+    }
 }
 
 #[cfg(test)]
