@@ -240,8 +240,29 @@ fn machine_description() -> Value {
     json!({
         "cpus": std::thread::available_parallelism().map(usize::from).unwrap_or(1),
         "cpu_model": cpu,
+        "cpu_idle": cpu_idle_policy(),
         "load_average_at_end": load.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
     })
+}
+
+/// How an idle CPU waits, e.g. `"haltpoll, guest_halt_poll_ns 0"`: on a virtual machine an idle
+/// vCPU that halts at once pays an exit and an entry on its next wake-up, which moves every
+/// figure taken between idle gaps (concurrency 1, fixed rates, stream TTFT) by tens of
+/// microseconds (`docs/performance.md`, "Cold requests"), so runs compare only with the same policy.
+fn cpu_idle_policy() -> String {
+    let read = |path: &str| {
+        std::fs::read_to_string(path)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+    };
+    let Some(driver) = read("/sys/devices/system/cpu/cpuidle/current_driver") else {
+        return "unknown".into();
+    };
+    match read("/sys/module/haltpoll/parameters/guest_halt_poll_ns") {
+        Some(poll_ns) if driver == "haltpoll" => format!("{driver}, guest_halt_poll_ns {poll_ns}"),
+        _ => driver,
+    }
 }
 
 fn num(v: &Value) -> String {
@@ -313,10 +334,11 @@ pub fn print(report: &Value, path: &Path) -> anyhow::Result<()> {
     let options = &report["options"];
     writeln!(
         out,
-        "\nBaton load benchmark ({}; {} CPUs, {}; load average at the end {}; {} s)\nWritten to {}\n",
+        "\nBaton load benchmark ({}; {} CPUs, {}; idle: {}; load average at the end {}; {} s)\nWritten to {}\n",
         report["pinning"].as_str().unwrap_or(""),
         report["machine"]["cpus"],
         report["machine"]["cpu_model"].as_str().unwrap_or(""),
+        report["machine"]["cpu_idle"].as_str().unwrap_or("unknown"),
         report["machine"]["load_average_at_end"]
             .as_str()
             .unwrap_or(""),
