@@ -15,7 +15,9 @@
 //! misses a request are reported beside the instructions. `--scenario flow` counts flow runs
 //! instead (a pinned flow's template rendered, one model call), `--scenario agent-tree` agent
 //! trees (an Agent tool's sub-run: three model calls, two runs); both set up in each run
-//! before the warm-up, so the setup cancels out too.
+//! before the warm-up, so the setup cancels out too. `--scenario stream` counts streamed chat
+//! completions (the load benchmark's short stream, read to `[DONE]`): beside `chat`, what the
+//! streaming path costs, the code behind the streamed first-token figure.
 
 use std::path::Path;
 use std::process::Command;
@@ -31,7 +33,7 @@ use super::{baton_target, build, target_dir};
 
 const USAGE: &str = "usage: cargo xtask bench instructions [--requests N] [--warm-up N] \
                      [--gateways sqlite,nolog] [--pgo] [--cache-sim] \
-                     [--scenario chat|flow|agent-tree]";
+                     [--scenario chat|stream|flow|agent-tree]";
 
 /// Runs per log batch (the default's size), given a minute to fill.
 const LOG_BATCH: u64 = 256;
@@ -55,6 +57,8 @@ struct Options {
 enum Scenario {
     /// A one-call chat completion (the compatible endpoint).
     Chat,
+    /// The same, streamed: the bench's short stream, read to its end.
+    Stream,
     /// A run of a flow pinned to an environment.
     Flow,
     /// A run of a flow whose Agent tool runs another flow.
@@ -65,15 +69,17 @@ impl Scenario {
     fn parse(name: &str) -> anyhow::Result<Scenario> {
         Ok(match name {
             "chat" => Scenario::Chat,
+            "stream" => Scenario::Stream,
             "flow" => Scenario::Flow,
             "agent-tree" => Scenario::AgentTree,
-            other => bail!("unknown scenario {other:?}: chat, flow or agent-tree"),
+            other => bail!("unknown scenario {other:?}: chat, stream, flow or agent-tree"),
         })
     }
 
     fn name(self) -> &'static str {
         match self {
             Scenario::Chat => "chat",
+            Scenario::Stream => "stream",
             Scenario::Flow => "flow",
             Scenario::AgentTree => "agent-tree",
         }
@@ -258,18 +264,24 @@ async fn count(run: &Run<'_>, requests: u64, keep: &Path) -> anyhow::Result<Vec<
         ],
         ..BatonSpec::new(run.bins, &dir.0, run.mock_addr, &database)
     })?;
-    let target = match run.scenario {
-        Scenario::Chat => baton_target(&address),
-        scenario => {
+    let outcome = match run.scenario {
+        Scenario::Chat => driver::sequential(&baton_target(&address), None, Some(requests)).await?,
+        Scenario::Stream => {
+            let count = usize::try_from(requests).context("--requests")?;
+            driver::streams(&driver::client()?, &baton_target(&address), count)
+                .await?
+                .ttft
+        }
+        Scenario::Flow | Scenario::AgentTree => {
             let flows = flows::set_up(&driver::client()?, &address).await?;
-            if scenario == Scenario::Flow {
+            let target = if run.scenario == Scenario::Flow {
                 flows.plain
             } else {
                 flows.agent_tree
-            }
+            };
+            driver::sequential(&target, None, Some(requests)).await?
         }
     };
-    let outcome = driver::sequential(&target, None, Some(requests)).await?;
     if outcome.errors > 0 {
         bail!(
             "{} of {requests} requests failed: {}",
@@ -341,6 +353,8 @@ mod tests {
         assert_eq!(options.scenario, Scenario::Chat);
         let args = ["--scenario", "agent-tree"].map(String::from);
         assert_eq!(Options::parse(&args).unwrap().scenario, Scenario::AgentTree);
+        let args = ["--scenario", "stream"].map(String::from);
+        assert_eq!(Options::parse(&args).unwrap().scenario, Scenario::Stream);
         assert!(Options::parse(&["--scenario".into(), "mcp".into()]).is_err());
     }
 }
