@@ -69,8 +69,14 @@ pub fn events(body: &[u8], cuts: &[usize]) -> Check {
         futures::executor::block_on(events)
             .into_iter()
             .map(|item| {
-                item.map(|event| (event.event, event.data, event.id))
-                    .map_err(|error| error.to_string())
+                item.map(|event| {
+                    (
+                        event.event.to_string(),
+                        event.data.to_string(),
+                        event.id.to_string(),
+                    )
+                })
+                .map_err(|error| error.to_string())
             })
             .collect()
     };

@@ -1,9 +1,11 @@
-//! Reading upstream Server-Sent Events: `eventsource-stream` does the parsing; this module bounds
-//! how much one event may buffer, since that crate has no limit of its own.
+//! Reading upstream Server-Sent Events: `sseer` does the parsing (an event's fields are slices
+//! of the network chunk, found with `memchr`, where `eventsource-stream` re-allocated the rest
+//! of its buffer after every line: `docs/performance.md`, round 28); this module bounds how much
+//! one event may buffer, since the parser has no limit of its own.
 
 use bytes::Bytes;
-use eventsource_stream::{Event, Eventsource};
 use futures::{Stream, StreamExt};
+use sseer::{EventStream, event::Event};
 
 use baton_domain::chat::StreamDelta;
 
@@ -45,7 +47,7 @@ where
         }
         Ok(chunk)
     });
-    bounded.eventsource().map(move |item| {
+    EventStream::new(bounded).map(move |item| {
         item.map_err(|e| ProviderError::InvalidResponse {
             provider: over_limit.clone(),
             message: format!("broken event stream: {e}"),
@@ -86,7 +88,7 @@ mod tests {
         events("p", stream, MAX_EVENT_BYTES)
             .map(|e| {
                 let e = e.unwrap();
-                (e.event, e.data)
+                (e.event.to_string(), e.data.to_string())
             })
             .collect()
             .await
