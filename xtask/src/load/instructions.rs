@@ -264,23 +264,24 @@ async fn count(run: &Run<'_>, requests: u64, keep: &Path) -> anyhow::Result<Vec<
         ],
         ..BatonSpec::new(run.bins, &dir.0, run.mock_addr, &database)
     })?;
-    let outcome = match run.scenario {
-        Scenario::Chat => driver::sequential(&baton_target(&address), None, Some(requests)).await?,
-        Scenario::Stream => {
-            let count = usize::try_from(requests).context("--requests")?;
-            driver::streams(&driver::client()?, &baton_target(&address), count)
-                .await?
-                .ttft
-        }
-        Scenario::Flow | Scenario::AgentTree => {
+    let target = match run.scenario {
+        Scenario::Chat | Scenario::Stream => baton_target(&address),
+        scenario => {
             let flows = flows::set_up(&driver::client()?, &address).await?;
-            let target = if run.scenario == Scenario::Flow {
+            if scenario == Scenario::Flow {
                 flows.plain
             } else {
                 flows.agent_tree
-            };
-            driver::sequential(&target, None, Some(requests)).await?
+            }
         }
+    };
+    let outcome = if run.scenario == Scenario::Stream {
+        let count = usize::try_from(requests).context("--requests")?;
+        driver::streams(&driver::client()?, &target, count)
+            .await?
+            .ttft
+    } else {
+        driver::sequential(&target, None, Some(requests)).await?
     };
     if outcome.errors > 0 {
         bail!(
