@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod overload;
 pub mod routes;
 pub mod serve;
+pub mod sse;
 pub mod state;
 pub mod streams;
 pub mod toolrun;

@@ -6,7 +6,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::response::sse::Event;
 use baton_domain::TenantId;
 use futures::{Stream, StreamExt};
 
@@ -73,10 +72,10 @@ impl Drop for StreamSlot {
 }
 
 /// `events`, holding `slot` until the stream is done or dropped.
-pub fn holding<S, E>(slot: StreamSlot, events: S) -> impl Stream<Item = Result<Event, E>> + Send
+pub fn holding<S, T>(slot: StreamSlot, events: S) -> impl Stream<Item = T> + Send
 where
-    S: Stream<Item = Result<Event, E>> + Send,
-    E: Send,
+    S: Stream<Item = T> + Send,
+    T: Send,
 {
     let mut slot = Some(slot);
     events

@@ -1,11 +1,9 @@
 //! `POST /api/v1/chat/completions`: the OpenAI-compatible endpoint, synchronous and streamed
 //! (chunks format, DESIGN.md "Streams").
 
-use std::convert::Infallible;
-
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
 use baton_domain::chat::{InferenceRequest, InferenceResponse, ResponseAccumulator};
 use baton_domain::credits::Credits;
@@ -33,6 +31,7 @@ use crate::extract::Json;
 use crate::gateway::{answer, open_stream, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, event_stream};
 use crate::runlog::{Pricing, RunLog};
+use crate::sse::{self, SseWriter};
 use crate::state::AppState;
 use crate::streams::holding;
 use baton_executor::budgets::estimate_credits;
@@ -279,7 +278,7 @@ async fn serve_chat(
                 limits.max_stream_duration,
                 limits.stream_duration_exceeded(),
             );
-        Sse::new(holding(slot, event_stream(stream))).into_response()
+        sse::response(holding(slot, event_stream(stream)))
     } else {
         let writer = ChunkWriter::new(
             request_id.0.clone(),
@@ -294,6 +293,7 @@ async fn serve_chat(
             accumulator: ResponseAccumulator::new(call.model.clone()),
             include_usage: inference.stream_usage,
             request_id: request_id.0,
+            sse: SseWriter::new(),
             next_id: 0,
             phase: Phase::Start,
             log: Some(log),
@@ -305,7 +305,7 @@ async fn serve_chat(
                 limits.stream_duration_exceeded(),
             ),
         };
-        Sse::new(holding(slot, chunk_events(state))).into_response()
+        sse::response(holding(slot, chunk_events(state)))
     };
     mark_fallback(&mut reply, answer.fallback_used);
     Ok(reply)
@@ -372,6 +372,8 @@ struct ChunkStream {
     accumulator: ResponseAccumulator,
     include_usage: bool,
     request_id: String,
+    /// Where the next frame's events are written.
+    sse: SseWriter,
     next_id: u64,
     phase: Phase,
     /// Taken when the stream ends; still here on drop means the client went away.
@@ -385,12 +387,14 @@ struct ChunkStream {
 }
 
 impl ChunkStream {
-    fn event(&mut self, data: &impl Serialize) -> Event {
-        sse_event(&mut self.next_id, data)
+    /// Writes the stream's next event, `data` as JSON.
+    fn event(&mut self, data: &impl Serialize) {
+        write_event(&mut self.sse, &mut self.next_id, data);
     }
 
-    fn done(&mut self) -> Event {
-        numbered_event(&mut self.next_id).data("[DONE]")
+    fn done(&mut self) {
+        self.sse.done(self.next_id);
+        self.next_id += 1;
     }
 
     fn partial(&self) -> InferenceResponse {
@@ -450,99 +454,99 @@ async fn next_or_expired(
     }
 }
 
-/// The next SSE event of a stream: `data` as JSON, numbered. A free function so a chunk
+/// Writes the stream's next event, `data` as JSON, numbered. A free function so a chunk
 /// borrowing the stream's writer can be sent while the counter moves.
-fn sse_event(next_id: &mut u64, data: &impl Serialize) -> Event {
-    // Serialising cannot fail for these types (string keys, no maps of other keys).
-    numbered_event(next_id).data(serde_json::to_string(data).unwrap_or_default())
-}
-
-/// An event carrying the stream's next id.
-fn numbered_event(next_id: &mut u64) -> Event {
-    let id = *next_id;
+fn write_event(sse: &mut SseWriter, next_id: &mut u64, data: &impl Serialize) {
+    sse.json(*next_id, data);
     *next_id += 1;
-    Event::default().id(id.to_string())
 }
 
 /// Relays upstream deltas as chunks: role chunk, content chunks, final usage chunk, `[DONE]`.
-fn chunk_events(state: ChunkStream) -> impl Stream<Item = Result<Event, Infallible>> + Send {
+/// Each item is a body frame holding the events written by one step (never empty).
+fn chunk_events(state: ChunkStream) -> impl Stream<Item = Bytes> + Send {
     futures::stream::unfold(state, |mut state| async move {
-        let mut batch = Vec::new();
-        match state.phase {
-            Phase::Start => {
-                state.phase = Phase::Relay;
-                let role = state.writer.role();
-                batch.push(sse_event(&mut state.next_id, &role));
+        while state.sse.is_empty() {
+            relay_step(&mut state).await?;
+        }
+        Some((state.sse.take(), state))
+    })
+}
+
+/// Writes the events of one step of the relay; `None` once the stream is over.
+async fn relay_step(state: &mut ChunkStream) -> Option<()> {
+    match state.phase {
+        Phase::Start => {
+            state.phase = Phase::Relay;
+            let role = state.writer.role();
+            write_event(&mut state.sse, &mut state.next_id, &role);
+        }
+        Phase::Relay => match next_or_expired(state).await {
+            Some(Ok(delta)) => {
+                state.accumulator.push(&delta);
+                if let Some(chunk) = state.writer.delta(&delta) {
+                    write_event(&mut state.sse, &mut state.next_id, &chunk);
+                }
             }
-            Phase::Relay => match next_or_expired(&mut state).await {
-                Some(Ok(delta)) => {
-                    state.accumulator.push(&delta);
-                    if let Some(chunk) = state.writer.delta(&delta) {
-                        batch.push(sse_event(&mut state.next_id, &chunk));
-                    }
+            Some(Err(error)) => {
+                let body = error_chunk(&error, &state.request_id);
+                state.event(&body);
+                state.done();
+                state.phase = Phase::Done;
+                if let Some(mut log) = state.log.take() {
+                    let partial = state.partial();
+                    state.close_events(&mut log, Err(&error));
+                    log.finish_partial(
+                        &state.call.provider_key,
+                        &state.call.model,
+                        &partial,
+                        error.code(),
+                        &error.to_string(),
+                    );
+                    log.flush().await;
                 }
-                Some(Err(error)) => {
-                    let body = error_chunk(&error, &state.request_id);
-                    batch.push(state.event(&body));
-                    batch.push(state.done());
-                    state.phase = Phase::Done;
-                    if let Some(mut log) = state.log.take() {
-                        let partial = state.partial();
-                        state.close_events(&mut log, Err(&error));
-                        log.finish_partial(
-                            &state.call.provider_key,
-                            &state.call.model,
-                            &partial,
-                            error.code(),
-                            &error.to_string(),
-                        );
-                        log.flush().await;
-                    }
+            }
+            None => {
+                let response = state.partial();
+                let invalid = structured_output_problem(state.schema.as_ref(), &response);
+                if let Some(error) = &invalid {
+                    let body = error_chunk(error, &state.request_id);
+                    state.event(&body);
                 }
-                None => {
-                    let response = state.partial();
-                    let invalid = structured_output_problem(state.schema.as_ref(), &response);
-                    if let Some(error) = &invalid {
-                        let body = error_chunk(error, &state.request_id);
-                        batch.push(state.event(&body));
-                    }
-                    if state.include_usage {
-                        let usage = state.accumulator.usage();
-                        let usage = state.writer.usage(&usage);
-                        batch.push(sse_event(&mut state.next_id, &usage));
-                    }
-                    batch.push(state.done());
-                    state.phase = Phase::Done;
-                    if let Some(mut log) = state.log.take() {
-                        match invalid {
-                            None => {
-                                state.close_events(&mut log, Ok(()));
-                                log.succeed(&state.call.provider_key, &state.call.model, &response)
-                                    .await;
-                                if let Some(fill) = state.fill.take() {
-                                    fill.fill(response).await;
-                                }
+                if state.include_usage {
+                    let usage = state.accumulator.usage();
+                    let usage = state.writer.usage(&usage);
+                    write_event(&mut state.sse, &mut state.next_id, &usage);
+                }
+                state.done();
+                state.phase = Phase::Done;
+                if let Some(mut log) = state.log.take() {
+                    match invalid {
+                        None => {
+                            state.close_events(&mut log, Ok(()));
+                            log.succeed(&state.call.provider_key, &state.call.model, &response)
+                                .await;
+                            if let Some(fill) = state.fill.take() {
+                                fill.fill(response).await;
                             }
-                            Some(error) => {
-                                state.close_events(&mut log, Err(&error));
-                                log.finish_partial(
-                                    &state.call.provider_key,
-                                    &state.call.model,
-                                    &response,
-                                    error.code(),
-                                    &error.to_string(),
-                                );
-                                log.flush().await;
-                            }
+                        }
+                        Some(error) => {
+                            state.close_events(&mut log, Err(&error));
+                            log.finish_partial(
+                                &state.call.provider_key,
+                                &state.call.model,
+                                &response,
+                                error.code(),
+                                &error.to_string(),
+                            );
+                            log.flush().await;
                         }
                     }
                 }
-            },
-            Phase::Done => return None,
-        }
-        Some((futures::stream::iter(batch.into_iter().map(Ok)), state))
-    })
-    .flatten()
+            }
+        },
+        Phase::Done => return None,
+    }
+    Some(())
 }
 
 /// The DESIGN.md error body, sent as the last chunk of a stream that failed after its first byte.

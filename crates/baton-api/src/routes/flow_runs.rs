@@ -5,7 +5,6 @@
 
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use baton_domain::chat::{Citation, VendorTool};
 use baton_domain::run::{RunRecord, RunWarning, ToolCallRecord};
@@ -22,6 +21,7 @@ use crate::extract::{Json, PathParam};
 use crate::gateway::RequestTimeouts;
 use crate::routes::chat::{capture_level, customer_of, header_tags};
 use crate::routes::chat_events::{EventOptions, sse_envelopes};
+use crate::sse;
 use crate::state::AppState;
 use crate::streams::holding;
 use crate::toolrun::{Callback, CallbackHeaders};
@@ -230,7 +230,7 @@ pub async fn run_flow(
             .run_flow_stream(request)
             .instrument(span)
             .await?;
-        return Ok(Sse::new(holding(slot, sse_envelopes(envelopes))).into_response());
+        return Ok(sse::response(holding(slot, sse_envelopes(envelopes))));
     }
     let outcome = state.engine.run_flow(request).instrument(span).await?;
     Ok(axum::Json(FlowRunResponse::from(outcome)).into_response())
