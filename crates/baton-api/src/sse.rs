@@ -3,12 +3,11 @@
 //!
 //! Every event Baton sends is `id: <id>\ndata: <one line of JSON or [DONE]>\n\n`. axum's
 //! `Sse`/`Event` would build each event in a buffer of its own from a `String` the caller
-//! serialised first, scanning it for newlines; here the JSON is written once, into a buffer
-//! whose allocation successive events share, and the events ready together (the usage chunk
-//! and `[DONE]`, say) leave as one body frame. Compact JSON never holds a raw newline, so one
-//! `data:` line is always the whole event.
-
-use std::fmt::Write as _;
+//! serialised first, scanning it for newlines; here the JSON is serialised into a scratch
+//! `Vec` kept for the whole stream (serde_json's writes into a `Vec` are inlined; into a
+//! `BytesMut` each is a call), copied once into a buffer whose allocation successive events
+//! share, and the events ready together (the usage chunk and `[DONE]`, say) leave as one body
+//! frame. Compact JSON never holds a raw newline, so one `data:` line is always the whole event.
 
 use axum::body::Body;
 use axum::http::{HeaderValue, header};
@@ -25,6 +24,8 @@ const RESERVE: usize = 4096;
 #[derive(Debug, Default)]
 pub struct SseWriter {
     buffer: BytesMut,
+    /// One event's JSON, serialised here first (reused, so it allocates once a stream).
+    scratch: Vec<u8>,
 }
 
 impl SseWriter {
@@ -34,21 +35,17 @@ impl SseWriter {
 
     /// An event with a numeric id and `data` as compact JSON.
     pub fn json(&mut self, id: u64, data: &impl Serialize) {
+        self.serialise(data);
         self.id_line(id);
-        self.buffer.put_slice(b"data: ");
-        // Writing into memory cannot fail, and these values serialise (string keys only); an
-        // error would leave a truncated line, which the blank line below still terminates.
-        let _ = serde_json::to_writer((&mut self.buffer).writer(), data);
-        self.buffer.put_slice(b"\n\n");
+        self.data_line();
     }
 
     /// An event with a string id (an envelope's own id) and `data` as compact JSON.
     pub fn json_with_id(&mut self, id: &str, data: &impl Serialize) {
+        self.serialise(data);
         self.reserve();
         self.field("id", id);
-        self.buffer.put_slice(b"data: ");
-        let _ = serde_json::to_writer((&mut self.buffer).writer(), data);
-        self.buffer.put_slice(b"\n\n");
+        self.data_line();
     }
 
     /// The stream's closing `data: [DONE]` event, numbered like the rest.
@@ -74,10 +71,25 @@ impl SseWriter {
         self.buffer.split().freeze()
     }
 
+    fn serialise(&mut self, data: &impl Serialize) {
+        self.scratch.clear();
+        // Writing into memory cannot fail, and these values serialise (string keys only); an
+        // error would leave a truncated line, which the blank line after it still terminates.
+        let _ = serde_json::to_writer(&mut self.scratch, data);
+    }
+
     fn id_line(&mut self, id: u64) {
         self.reserve();
-        // Writing into a `BytesMut` cannot fail.
-        let _ = writeln!(self.buffer, "id: {id}");
+        self.buffer.put_slice(b"id: ");
+        self.buffer
+            .put_slice(itoa::Buffer::new().format(id).as_bytes());
+        self.buffer.put_u8(b'\n');
+    }
+
+    fn data_line(&mut self) {
+        self.buffer.put_slice(b"data: ");
+        self.buffer.put_slice(&self.scratch);
+        self.buffer.put_slice(b"\n\n");
     }
 
     /// `name: value\n`; a value holding a line break or NUL would end the field early or be
@@ -99,8 +111,8 @@ impl SseWriter {
     }
 
     fn reserve(&mut self) {
-        if self.buffer.capacity() - self.buffer.len() < RESERVE / 4 {
-            self.buffer.reserve(RESERVE);
+        if self.buffer.capacity() - self.buffer.len() < RESERVE / 4 + self.scratch.len() {
+            self.buffer.reserve(RESERVE + self.scratch.len());
         }
     }
 }
