@@ -40,6 +40,19 @@ impl SseWriter {
         self.data_line();
     }
 
+    /// An event whose data `write` puts into the scratch buffer (one line of compact JSON),
+    /// numbered from `next_id`; nothing, and no id taken, when `write` writes nothing.
+    pub fn json_from(&mut self, next_id: &mut u64, write: impl FnOnce(&mut Vec<u8>)) {
+        self.scratch.clear();
+        write(&mut self.scratch);
+        if self.scratch.is_empty() {
+            return;
+        }
+        self.id_line(*next_id);
+        *next_id += 1;
+        self.data_line();
+    }
+
     /// An event with a string id (an envelope's own id) and `data` as compact JSON.
     pub fn json_with_id(&mut self, id: &str, data: &impl Serialize) {
         self.serialise(data);
@@ -154,6 +167,18 @@ mod tests {
             writer.take(),
             "id: 1\ndata: {\"usage\":null}\n\nid: 2\ndata: [DONE]\n\n"
         );
+    }
+
+    #[test]
+    fn events_written_by_a_closure_take_an_id_only_when_they_have_data() {
+        let mut writer = SseWriter::new();
+        let mut next_id = 4;
+        writer.json_from(&mut next_id, |_| {});
+        assert!(writer.is_empty());
+        assert_eq!(next_id, 4);
+        writer.json_from(&mut next_id, |out| out.extend_from_slice(b"{}"));
+        assert_eq!(next_id, 5);
+        assert_eq!(writer.take(), "id: 4\ndata: {}\n\n");
     }
 
     #[test]

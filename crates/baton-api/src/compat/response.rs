@@ -164,9 +164,25 @@ pub struct ChunkWriter {
     id: String,
     created: i64,
     model: String,
+    /// A choice chunk's JSON up to its delta's value (`{"id":...,"delta":`), the same for every
+    /// chunk of the stream: serialised once, so a chunk serialises only its delta (the id and
+    /// model strings were most of a chunk's serialising).
+    head: Vec<u8>,
 }
 
-/// A `chat.completion.chunk` with one choice.
+/// A chunk's fields before `choices`, in OpenAI's order (`ChunkWriter::head`).
+#[derive(Serialize)]
+struct ChunkHead<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: i64,
+    model: &'a str,
+    system_fingerprint: Option<()>,
+}
+
+/// A `chat.completion.chunk` with one choice: the shape `ChunkWriter` writes (built as a
+/// struct only in tests, to check those bytes).
+#[cfg(test)]
 #[derive(Debug, Serialize)]
 pub struct Chunk<'a> {
     id: &'a str,
@@ -177,6 +193,7 @@ pub struct Chunk<'a> {
     choices: [ChunkChoice<'a>; 1],
 }
 
+#[cfg(test)]
 #[derive(Debug, Serialize)]
 struct ChunkChoice<'a> {
     index: u32,
@@ -220,6 +237,50 @@ struct FunctionDelta<'a> {
     arguments: &'a str,
 }
 
+/// The first chunk's delta.
+const ROLE: Delta<'static> = Delta::Role {
+    role: "assistant",
+    content: "",
+};
+
+/// What a canonical delta adds to a chunk: its delta and finish reason; `None` for what is not
+/// sent as a chunk (usage is sent once, at the end).
+fn chunk_delta(delta: &StreamDelta) -> Option<(Delta<'_>, Option<&'static str>)> {
+    Some(match delta {
+        StreamDelta::Text(text) => (Delta::Content { content: text }, None),
+        StreamDelta::ToolCallStart { index, id, name } => (
+            Delta::ToolCall {
+                tool_calls: [ToolCallDelta {
+                    index: *index,
+                    id: Some(id),
+                    kind: Some("function"),
+                    function: FunctionDelta {
+                        name: Some(name),
+                        arguments: "",
+                    },
+                }],
+            },
+            None,
+        ),
+        StreamDelta::ToolCallArguments { index, fragment } => (
+            Delta::ToolCall {
+                tool_calls: [ToolCallDelta {
+                    index: *index,
+                    id: None,
+                    kind: None,
+                    function: FunctionDelta {
+                        name: None,
+                        arguments: fragment,
+                    },
+                }],
+            },
+            None,
+        ),
+        StreamDelta::Finish(reason) => (Delta::Empty {}, Some(reason.as_openai())),
+        StreamDelta::Usage(_) | StreamDelta::Citation(_) => return None,
+    })
+}
+
 /// The final chunk when usage was asked for: no choices, the whole usage.
 #[derive(Debug, Serialize)]
 pub struct UsageChunk<'a> {
@@ -234,9 +295,54 @@ pub struct UsageChunk<'a> {
 
 impl ChunkWriter {
     pub fn new(id: String, created: i64, model: String) -> Self {
-        Self { id, created, model }
+        let mut head = serde_json::to_vec(&ChunkHead {
+            id: &id,
+            object: "chat.completion.chunk",
+            created,
+            model: &model,
+            system_fingerprint: None,
+        })
+        .unwrap_or_default();
+        // The object stays open: `choices` follows, then the delta.
+        head.pop();
+        head.extend_from_slice(br#","choices":[{"index":0,"delta":"#);
+        Self {
+            id,
+            created,
+            model,
+            head,
+        }
     }
 
+    /// Writes the first chunk, which announces the assistant role as OpenAI's does.
+    pub fn write_role(&self, out: &mut Vec<u8>) {
+        self.write_chunk(&ROLE, None, out);
+    }
+
+    /// Writes the chunk for one canonical delta as JSON, if it has one (usage is sent once, at
+    /// the end); the bytes are those of the `Chunk` it stands for.
+    pub fn write_delta(&self, delta: &StreamDelta, out: &mut Vec<u8>) {
+        if let Some((delta, finish_reason)) = chunk_delta(delta) {
+            self.write_chunk(&delta, finish_reason, out);
+        }
+    }
+
+    fn write_chunk(
+        &self,
+        delta: &Delta<'_>,
+        finish_reason: Option<&'static str>,
+        out: &mut Vec<u8>,
+    ) {
+        out.extend_from_slice(&self.head);
+        // Writing into a `Vec` cannot fail; these values serialise.
+        let _ = serde_json::to_writer(&mut *out, delta);
+        out.extend_from_slice(br#","finish_reason":"#);
+        let _ = serde_json::to_writer(&mut *out, &finish_reason);
+        out.extend_from_slice(br#","logprobs":null}]}"#);
+    }
+
+    /// The chunk `write_chunk` writes, as a struct (what its bytes are checked against).
+    #[cfg(test)]
     fn chunk<'a>(&'a self, delta: Delta<'a>, finish_reason: Option<&'static str>) -> Chunk<'a> {
         Chunk {
             id: &self.id,
@@ -251,55 +357,6 @@ impl ChunkWriter {
                 logprobs: None,
             }],
         }
-    }
-
-    /// The first chunk announces the assistant role, as OpenAI's does.
-    pub fn role(&self) -> Chunk<'_> {
-        self.chunk(
-            Delta::Role {
-                role: "assistant",
-                content: "",
-            },
-            None,
-        )
-    }
-
-    /// The chunk for one canonical delta, if it has one (usage is sent once, at the end).
-    pub fn delta<'a>(&'a self, delta: &'a StreamDelta) -> Option<Chunk<'a>> {
-        let (delta, finish_reason) = match delta {
-            StreamDelta::Text(text) => (Delta::Content { content: text }, None),
-            StreamDelta::ToolCallStart { index, id, name } => (
-                Delta::ToolCall {
-                    tool_calls: [ToolCallDelta {
-                        index: *index,
-                        id: Some(id),
-                        kind: Some("function"),
-                        function: FunctionDelta {
-                            name: Some(name),
-                            arguments: "",
-                        },
-                    }],
-                },
-                None,
-            ),
-            StreamDelta::ToolCallArguments { index, fragment } => (
-                Delta::ToolCall {
-                    tool_calls: [ToolCallDelta {
-                        index: *index,
-                        id: None,
-                        kind: None,
-                        function: FunctionDelta {
-                            name: None,
-                            arguments: fragment,
-                        },
-                    }],
-                },
-                None,
-            ),
-            StreamDelta::Finish(reason) => (Delta::Empty {}, Some(reason.as_openai())),
-            StreamDelta::Usage(_) | StreamDelta::Citation(_) => return None,
-        };
-        Some(self.chunk(delta, finish_reason))
     }
 
     /// The final usage chunk: no choices, the whole usage.
@@ -392,6 +449,19 @@ mod tests {
         assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
     }
 
+    /// The chunk `writer` writes for `delta`, checked to be the bytes its struct serialises to.
+    fn written(writer: &ChunkWriter, delta: &StreamDelta) -> Option<Value> {
+        let mut out = Vec::new();
+        writer.write_delta(delta, &mut out);
+        let (parts, finish_reason) = chunk_delta(delta)?;
+        let expected = serde_json::to_vec(&writer.chunk(parts, finish_reason)).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out),
+            String::from_utf8_lossy(&expected)
+        );
+        Some(serde_json::from_slice(&out).unwrap())
+    }
+
     #[test]
     fn chunks_have_openai_s_shapes() {
         let writer = ChunkWriter::new("c".into(), 9, "p/m".into());
@@ -400,13 +470,16 @@ mod tests {
                    "system_fingerprint": null,
                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": null}]})
         };
+        let mut role = Vec::new();
+        writer.write_role(&mut role);
         assert_eq!(
-            value(&writer.role()),
+            serde_json::from_slice::<Value>(&role).unwrap(),
             envelope(json!({"role": "assistant", "content": ""}), Value::Null)
         );
+        assert_eq!(role, serde_json::to_vec(&writer.chunk(ROLE, None)).unwrap());
         let text = StreamDelta::Text("tok".into());
         assert_eq!(
-            value(&writer.delta(&text).unwrap()),
+            written(&writer, &text).unwrap(),
             envelope(json!({"content": "tok"}), Value::Null)
         );
         let start = StreamDelta::ToolCallStart {
@@ -415,7 +488,7 @@ mod tests {
             name: "lookup".into(),
         };
         assert_eq!(
-            value(&writer.delta(&start).unwrap()),
+            written(&writer, &start).unwrap(),
             envelope(
                 json!({"tool_calls": [{"index": 1, "id": "call_1", "type": "function", "function": {"name": "lookup", "arguments": ""}}]}),
                 Value::Null
@@ -426,7 +499,7 @@ mod tests {
             fragment: "{\"q\"".into(),
         };
         assert_eq!(
-            value(&writer.delta(&arguments).unwrap()),
+            written(&writer, &arguments).unwrap(),
             envelope(
                 json!({"tool_calls": [{"index": 1, "function": {"arguments": "{\"q\""}}]}),
                 Value::Null
@@ -434,14 +507,13 @@ mod tests {
         );
         let finish = StreamDelta::Finish(FinishReason::Length);
         assert_eq!(
-            value(&writer.delta(&finish).unwrap()),
+            written(&writer, &finish).unwrap(),
             envelope(json!({}), json!("length"))
         );
-        assert!(
-            writer
-                .delta(&StreamDelta::Usage(Usage::default()))
-                .is_none()
-        );
+        assert!(written(&writer, &StreamDelta::Usage(Usage::default())).is_none());
+        let mut usage_only = Vec::new();
+        writer.write_delta(&StreamDelta::Usage(Usage::default()), &mut usage_only);
+        assert!(usage_only.is_empty(), "usage is not a chunk of its own");
         assert_eq!(
             value(&writer.usage(&Usage {
                 tokens_in: 1,
@@ -454,5 +526,15 @@ mod tests {
                              "prompt_tokens_details": {"cached_tokens": 0},
                              "completion_tokens_details": {"reasoning_tokens": 0}}})
         );
+    }
+
+    #[test]
+    fn the_pre_serialised_head_escapes_the_id_and_model() {
+        let writer = ChunkWriter::new("c\"1\\".into(), -3, "p/m\u{7}é\n".into());
+        let value = written(&writer, &StreamDelta::Text("a\"b".into())).unwrap();
+        assert_eq!(value["id"], "c\"1\\");
+        assert_eq!(value["model"], "p/m\u{7}é\n");
+        assert_eq!(value["created"], -3);
+        assert_eq!(value["choices"][0]["delta"]["content"], "a\"b");
     }
 }

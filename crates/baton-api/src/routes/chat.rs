@@ -477,15 +477,18 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
     match state.phase {
         Phase::Start => {
             state.phase = Phase::Relay;
-            let role = state.writer.role();
-            write_event(&mut state.sse, &mut state.next_id, &role);
+            let writer = &state.writer;
+            state
+                .sse
+                .json_from(&mut state.next_id, |out| writer.write_role(out));
         }
         Phase::Relay => match next_or_expired(state).await {
             Some(Ok(delta)) => {
                 state.accumulator.push(&delta);
-                if let Some(chunk) = state.writer.delta(&delta) {
-                    write_event(&mut state.sse, &mut state.next_id, &chunk);
-                }
+                let writer = &state.writer;
+                state
+                    .sse
+                    .json_from(&mut state.next_id, |out| writer.write_delta(&delta, out));
             }
             Some(Err(error)) => {
                 let body = error_chunk(&error, &state.request_id);
