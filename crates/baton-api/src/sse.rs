@@ -13,7 +13,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use bytes::{BufMut, Bytes, BytesMut};
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use serde::Serialize;
 
 /// Room reserved when the buffer runs out: a few typical chunks, so most events of a stream
@@ -21,11 +21,13 @@ use serde::Serialize;
 const RESERVE: usize = 4096;
 
 /// Encodes events into a shared buffer; `take` hands out what was written as one frame.
+/// Numbered events (the chunks format) take their ids from the writer's counter, from 0.
 #[derive(Debug, Default)]
 pub struct SseWriter {
     buffer: BytesMut,
     /// One event's JSON, serialised here first (reused, so it allocates once a stream).
     scratch: Vec<u8>,
+    next_id: u64,
 }
 
 impl SseWriter {
@@ -33,37 +35,40 @@ impl SseWriter {
         SseWriter::default()
     }
 
-    /// An event with a numeric id and `data` as compact JSON.
-    pub fn json(&mut self, id: u64, data: &impl Serialize) {
-        self.serialise(data);
-        self.id_line(id);
-        self.data_line();
+    /// The next numbered event, `data` as compact JSON.
+    pub fn json(&mut self, data: &impl Serialize) {
+        self.json_from(|out| {
+            // Writing into memory cannot fail, and these values serialise (string keys only);
+            // an error would leave a truncated line, which the blank line after it still ends.
+            let _ = serde_json::to_writer(out, data);
+        });
     }
 
-    /// An event whose data `write` puts into the scratch buffer (one line of compact JSON),
-    /// numbered from `next_id`; nothing, and no id taken, when `write` writes nothing.
-    pub fn json_from(&mut self, next_id: &mut u64, write: impl FnOnce(&mut Vec<u8>)) {
+    /// The next numbered event, its data what `write` puts into the scratch buffer (one line
+    /// of compact JSON); nothing, and no id taken, when `write` writes nothing.
+    pub fn json_from(&mut self, write: impl FnOnce(&mut Vec<u8>)) {
         self.scratch.clear();
         write(&mut self.scratch);
         if self.scratch.is_empty() {
             return;
         }
-        self.id_line(*next_id);
-        *next_id += 1;
+        self.id_line();
         self.data_line();
     }
 
     /// An event with a string id (an envelope's own id) and `data` as compact JSON.
     pub fn json_with_id(&mut self, id: &str, data: &impl Serialize) {
-        self.serialise(data);
+        self.scratch.clear();
+        // As in `json`: writing into memory cannot fail.
+        let _ = serde_json::to_writer(&mut self.scratch, data);
         self.reserve();
         self.field("id", id);
         self.data_line();
     }
 
     /// The stream's closing `data: [DONE]` event, numbered like the rest.
-    pub fn done(&mut self, id: u64) {
-        self.id_line(id);
+    pub fn done(&mut self) {
+        self.id_line();
         self.buffer.put_slice(b"data: [DONE]\n\n");
     }
 
@@ -84,19 +89,14 @@ impl SseWriter {
         self.buffer.split().freeze()
     }
 
-    fn serialise(&mut self, data: &impl Serialize) {
-        self.scratch.clear();
-        // Writing into memory cannot fail, and these values serialise (string keys only); an
-        // error would leave a truncated line, which the blank line after it still terminates.
-        let _ = serde_json::to_writer(&mut self.scratch, data);
-    }
-
-    fn id_line(&mut self, id: u64) {
+    /// `id: N` with the counter's next id.
+    fn id_line(&mut self) {
         self.reserve();
         self.buffer.put_slice(b"id: ");
         self.buffer
-            .put_slice(itoa::Buffer::new().format(id).as_bytes());
+            .put_slice(itoa::Buffer::new().format(self.next_id).as_bytes());
         self.buffer.put_u8(b'\n');
+        self.next_id += 1;
     }
 
     fn data_line(&mut self) {
@@ -135,7 +135,6 @@ pub fn response<S>(frames: S) -> Response
 where
     S: Stream<Item = Bytes> + Send + 'static,
 {
-    use futures::StreamExt as _;
     let mut response = Response::new(Body::from_stream(
         frames.map(Ok::<_, std::convert::Infallible>),
     ));
@@ -155,14 +154,14 @@ mod tests {
     #[test]
     fn events_are_numbered_json_lines_and_taken_together() {
         let mut writer = SseWriter::new();
-        writer.json(0, &serde_json::json!({"n": 1, "text": "line\nbreak"}));
+        writer.json(&serde_json::json!({"n": 1, "text": "line\nbreak"}));
         assert_eq!(
             writer.take(),
             "id: 0\ndata: {\"n\":1,\"text\":\"line\\nbreak\"}\n\n"
         );
         assert!(writer.is_empty());
-        writer.json(1, &serde_json::json!({"usage": null}));
-        writer.done(2);
+        writer.json(&serde_json::json!({"usage": null}));
+        writer.done();
         assert_eq!(
             writer.take(),
             "id: 1\ndata: {\"usage\":null}\n\nid: 2\ndata: [DONE]\n\n"
@@ -172,13 +171,12 @@ mod tests {
     #[test]
     fn events_written_by_a_closure_take_an_id_only_when_they_have_data() {
         let mut writer = SseWriter::new();
-        let mut next_id = 4;
-        writer.json_from(&mut next_id, |_| {});
+        writer.json_from(|_| {});
         assert!(writer.is_empty());
-        assert_eq!(next_id, 4);
-        writer.json_from(&mut next_id, |out| out.extend_from_slice(b"{}"));
-        assert_eq!(next_id, 5);
-        assert_eq!(writer.take(), "id: 4\ndata: {}\n\n");
+        writer.json_from(|out| out.extend_from_slice(b"{}"));
+        writer.json_from(|_| {});
+        writer.done();
+        assert_eq!(writer.take(), "id: 0\ndata: {}\n\nid: 1\ndata: [DONE]\n\n");
     }
 
     #[test]
@@ -192,9 +190,9 @@ mod tests {
     #[test]
     fn many_events_share_one_allocation_until_it_runs_out() {
         let mut writer = SseWriter::new();
-        writer.json(0, &"x");
+        writer.json(&"x");
         let first = writer.take();
-        writer.json(1, &"y");
+        writer.json(&"y");
         let second = writer.take();
         // The second event was written right after the first, in the same allocation.
         assert_eq!(

@@ -14,7 +14,6 @@ use baton_providers::DeltaStream;
 use baton_providers::routing::{ChainModel, ModelSelection, Named};
 use baton_providers::structured::OutputSchema;
 use futures::{Stream, StreamExt};
-use serde::Serialize;
 use serde_json::Value;
 
 use baton_executor::ExecutorError;
@@ -294,7 +293,6 @@ async fn serve_chat(
             include_usage: inference.stream_usage,
             request_id: request_id.0,
             sse: SseWriter::new(),
-            next_id: 0,
             phase: Phase::Start,
             log: Some(log),
             fill,
@@ -372,9 +370,8 @@ struct ChunkStream {
     accumulator: ResponseAccumulator,
     include_usage: bool,
     request_id: String,
-    /// Where the next frame's events are written.
+    /// Where the next frame's events are written (and numbered).
     sse: SseWriter,
-    next_id: u64,
     phase: Phase,
     /// Taken when the stream ends; still here on drop means the client went away.
     log: Option<RunLog>,
@@ -387,16 +384,6 @@ struct ChunkStream {
 }
 
 impl ChunkStream {
-    /// Writes the stream's next event, `data` as JSON.
-    fn event(&mut self, data: &impl Serialize) {
-        write_event(&mut self.sse, &mut self.next_id, data);
-    }
-
-    fn done(&mut self) {
-        self.sse.done(self.next_id);
-        self.next_id += 1;
-    }
-
     fn partial(&self) -> InferenceResponse {
         self.accumulator.snapshot()
     }
@@ -454,13 +441,6 @@ async fn next_or_expired(
     }
 }
 
-/// Writes the stream's next event, `data` as JSON, numbered. A free function so a chunk
-/// borrowing the stream's writer can be sent while the counter moves.
-fn write_event(sse: &mut SseWriter, next_id: &mut u64, data: &impl Serialize) {
-    sse.json(*next_id, data);
-    *next_id += 1;
-}
-
 /// Relays upstream deltas as chunks: role chunk, content chunks, final usage chunk, `[DONE]`.
 /// Each item is a body frame holding the events written by one step (never empty).
 fn chunk_events(state: ChunkStream) -> impl Stream<Item = Bytes> + Send {
@@ -478,22 +458,18 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
         Phase::Start => {
             state.phase = Phase::Relay;
             let writer = &state.writer;
-            state
-                .sse
-                .json_from(&mut state.next_id, |out| writer.write_role(out));
+            state.sse.json_from(|out| writer.write_role(out));
         }
         Phase::Relay => match next_or_expired(state).await {
             Some(Ok(delta)) => {
                 state.accumulator.push(&delta);
                 let writer = &state.writer;
-                state
-                    .sse
-                    .json_from(&mut state.next_id, |out| writer.write_delta(&delta, out));
+                state.sse.json_from(|out| writer.write_delta(&delta, out));
             }
             Some(Err(error)) => {
                 let body = error_chunk(&error, &state.request_id);
-                state.event(&body);
-                state.done();
+                state.sse.json(&body);
+                state.sse.done();
                 state.phase = Phase::Done;
                 if let Some(mut log) = state.log.take() {
                     let partial = state.partial();
@@ -513,14 +489,14 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
                 let invalid = structured_output_problem(state.schema.as_ref(), &response);
                 if let Some(error) = &invalid {
                     let body = error_chunk(error, &state.request_id);
-                    state.event(&body);
+                    state.sse.json(&body);
                 }
                 if state.include_usage {
                     let usage = state.accumulator.usage();
                     let usage = state.writer.usage(&usage);
-                    write_event(&mut state.sse, &mut state.next_id, &usage);
+                    state.sse.json(&usage);
                 }
-                state.done();
+                state.sse.done();
                 state.phase = Phase::Done;
                 if let Some(mut log) = state.log.take() {
                     match invalid {
