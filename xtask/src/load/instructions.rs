@@ -33,7 +33,7 @@ use super::{baton_target, build, target_dir};
 
 const USAGE: &str = "usage: cargo xtask bench instructions [--requests N] [--warm-up N] \
                      [--gateways sqlite,nolog] [--pgo] [--cache-sim] \
-                     [--scenario chat|stream|flow|agent-tree]";
+                     [--scenario chat|stream|flow|agent-tree] [--profile NAME]";
 
 /// Runs per log batch (the default's size), given a minute to fill.
 const LOG_BATCH: u64 = 256;
@@ -50,6 +50,9 @@ struct Options {
     /// count does not (a layout change such as BOLT's moves them, not the count).
     cache_sim: bool,
     scenario: Scenario,
+    /// The Cargo profile `baton` and the mock are built with: `release` (fat LTO) for recorded
+    /// figures, `release-check` (no LTO) to compare two versions of a change in minutes.
+    profile: String,
 }
 
 /// What one counted request is.
@@ -98,6 +101,7 @@ impl Options {
             pgo: false,
             cache_sim: false,
             scenario: Scenario::Chat,
+            profile: super::options::DEFAULT_PROFILE.into(),
         };
         let mut args = args.iter();
         while let Some(flag) = args.next() {
@@ -121,6 +125,7 @@ impl Options {
                 "--pgo" => options.pgo = true,
                 "--cache-sim" => options.cache_sim = true,
                 "--scenario" => options.scenario = Scenario::parse(value()?)?,
+                "--profile" => options.profile = super::options::profile(value()?)?,
                 "--help" | "-h" => bail!("{USAGE}"),
                 other => bail!("unknown option {other:?}\n{USAGE}"),
             }
@@ -140,9 +145,9 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     // As for `bench load`: the debug xtask (`cargo xtask`) builds the release binaries; a
     // release xtask run by hand uses what is there. The client's speed does not matter here.
     if cfg!(debug_assertions) {
-        build(&["--release"])?;
+        build(&["--profile", &options.profile])?;
     }
-    let bins = target_dir().join("release");
+    let bins = target_dir().join(&options.profile);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -218,6 +223,7 @@ async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Re
         "bolt": options.pgo && crate::pgo::is_bolted(&program)?,
         "cache_sim": options.cache_sim,
         "scenario": options.scenario.name(),
+        "profile": options.profile,
         "results": results,
     }))
 }
@@ -357,5 +363,9 @@ mod tests {
         let args = ["--scenario", "stream"].map(String::from);
         assert_eq!(Options::parse(&args).unwrap().scenario, Scenario::Stream);
         assert!(Options::parse(&["--scenario".into(), "mcp".into()]).is_err());
+        assert_eq!(options.profile, "release");
+        let args = ["--profile", "release-check"].map(String::from);
+        assert_eq!(Options::parse(&args).unwrap().profile, "release-check");
+        assert!(Options::parse(&["--profile".into(), "dev".into()]).is_err());
     }
 }

@@ -172,11 +172,11 @@ impl Options {
     }
 }
 
-const DEFAULT_PROFILE: &str = "release";
+pub(crate) const DEFAULT_PROFILE: &str = "release";
 
 /// A profile whose build lands in `target/<name>` and is optimised: Cargo's own `dev`, `test`
 /// and `bench` are refused (the first two are unoptimised, and `dev` builds into `debug`).
-fn profile(name: &str) -> anyhow::Result<String> {
+pub(crate) fn profile(name: &str) -> anyhow::Result<String> {
     let valid = !name.is_empty()
         && name
             .chars()
