@@ -16,8 +16,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
+use crate::http;
 use crate::provider::{DeltaStream, Provider};
-use crate::{http, sse};
+use crate::sse::{self, Deltas};
 
 pub const API_VERSION: &str = "2023-06-01";
 /// Anthropic requires `max_tokens`; used when neither request nor catalogue gives one.
@@ -113,9 +114,11 @@ where
         structured,
         ..StreamState::default()
     };
-    sse::deltas(provider, bytes, move |data| {
-        match serde_json::from_str::<StreamEvent>(data) {
-            Ok(StreamEvent::Error { error }) => vec![Err(ProviderError::Status {
+    sse::deltas(
+        provider,
+        bytes,
+        move |data, out| match serde_json::from_str::<StreamEvent>(data) {
+            Ok(StreamEvent::Error { error }) => out.push_back(Err(ProviderError::Status {
                 provider: name.clone(),
                 status: if error.kind == "overloaded_error" {
                     529
@@ -124,14 +127,14 @@ where
                 },
                 message: error.message,
                 retry_after: None,
-            })],
-            Ok(event) => state.map(event).into_iter().map(Ok).collect(),
-            Err(err) => vec![Err(ProviderError::InvalidResponse {
+            })),
+            Ok(event) => state.map(event, out),
+            Err(err) => out.push_back(Err(ProviderError::InvalidResponse {
                 provider: name.clone(),
                 message: format!("unreadable stream event: {err}"),
-            })],
-        }
-    })
+            })),
+        },
+    )
 }
 
 pub(crate) fn structured(request: &InferenceRequest) -> bool {
@@ -500,11 +503,12 @@ struct StreamState {
 }
 
 impl StreamState {
-    fn map(&mut self, event: StreamEvent) -> Vec<StreamDelta> {
+    fn map(&mut self, event: StreamEvent, out: &mut Deltas) {
+        let mut push = |delta| out.push_back(Ok(delta));
         match event {
             StreamEvent::MessageStart { message } => {
                 self.usage = message.usage.canonical();
-                vec![StreamDelta::Usage(self.usage)]
+                push(StreamDelta::Usage(self.usage));
             }
             StreamEvent::ContentBlockStart {
                 index,
@@ -512,57 +516,54 @@ impl StreamState {
             } => {
                 if self.structured && name == STRUCTURED_TOOL {
                     self.tool_blocks.insert(index, None);
-                    return Vec::new();
+                    return;
                 }
                 let ordinal = self.next_tool;
                 self.next_tool += 1;
                 self.tool_blocks.insert(index, Some(ordinal));
-                vec![StreamDelta::ToolCallStart {
+                push(StreamDelta::ToolCallStart {
                     index: ordinal,
                     id,
                     name,
-                }]
+                });
             }
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
-                BlockDelta::TextDelta { text } => vec![StreamDelta::Text(text)],
+                BlockDelta::TextDelta { text } => push(StreamDelta::Text(text)),
                 BlockDelta::InputJsonDelta { partial_json } => match self.tool_blocks.get(&index) {
-                    Some(Some(ordinal)) => vec![StreamDelta::ToolCallArguments {
+                    Some(Some(ordinal)) => push(StreamDelta::ToolCallArguments {
                         index: *ordinal,
                         fragment: partial_json,
-                    }],
+                    }),
                     // The structured-output tool's input is the answer text.
-                    Some(None) => vec![StreamDelta::Text(partial_json)],
-                    None => Vec::new(),
+                    Some(None) => push(StreamDelta::Text(partial_json)),
+                    None => {}
                 },
-                BlockDelta::CitationsDelta { citation } => citation
-                    .url
-                    .map(|url| {
-                        vec![StreamDelta::Citation(Citation {
+                BlockDelta::CitationsDelta { citation } => {
+                    if let Some(url) = citation.url {
+                        push(StreamDelta::Citation(Citation {
                             url,
                             title: citation.title,
-                        })]
-                    })
-                    .unwrap_or_default(),
-                BlockDelta::Other => Vec::new(),
+                        }));
+                    }
+                }
+                BlockDelta::Other => {}
             },
             StreamEvent::MessageDelta { delta, usage } => {
-                let mut out = Vec::new();
                 if let Some(usage) = usage {
                     let mut update = usage.canonical();
                     // message_delta carries output tokens (and server tool use); input came first.
                     update.tokens_in = self.usage.tokens_in.max(update.tokens_in);
                     update.cached_tokens = self.usage.cached_tokens.max(update.cached_tokens);
                     self.usage = update;
-                    out.push(StreamDelta::Usage(update));
+                    push(StreamDelta::Usage(update));
                 }
                 if let Some(reason) = delta.stop_reason {
-                    out.push(StreamDelta::Finish(finish_reason(&reason, self.structured)));
+                    push(StreamDelta::Finish(finish_reason(&reason, self.structured)));
                 }
-                out
             }
             StreamEvent::ContentBlockStart { .. }
             | StreamEvent::Error { .. }
-            | StreamEvent::Other => Vec::new(),
+            | StreamEvent::Other => {}
         }
     }
 }
@@ -666,8 +667,10 @@ mod tests {
         let mut state = StreamState::default();
         let mut acc = ResponseAccumulator::new("m");
         for event in events {
-            for delta in state.map(serde_json::from_value(event).unwrap()) {
-                acc.push(&delta);
+            let mut out = sse::Deltas::new();
+            state.map(serde_json::from_value(event).unwrap(), &mut out);
+            for delta in out {
+                acc.push(&delta.unwrap());
             }
         }
         let r = acc.finish();

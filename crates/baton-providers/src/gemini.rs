@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
+use crate::http;
 use crate::provider::{DeltaStream, Provider};
-use crate::{http, sse};
+use crate::sse::{self, Deltas};
 
 /// Google's documented stand-in for a thought signature. Gemini 3 rejects replayed function
 /// calls without one, and canonical tool calls cannot carry the real signature back.
@@ -130,18 +131,20 @@ where
 {
     let name = provider.to_string();
     let mut state = StreamState::default();
-    sse::deltas(provider, bytes, move |data| {
-        match serde_json::from_str::<GenerateContentResponse>(data) {
+    sse::deltas(
+        provider,
+        bytes,
+        move |data, out| match serde_json::from_str::<GenerateContentResponse>(data) {
             Ok(mut chunk) => match chunk.error.take() {
-                Some(error) => vec![Err(error.into_provider_error(&name))],
-                None => state.map(chunk).into_iter().map(Ok).collect(),
+                Some(error) => out.push_back(Err(error.into_provider_error(&name))),
+                None => state.map(chunk, out),
             },
-            Err(err) => vec![Err(ProviderError::InvalidResponse {
+            Err(err) => out.push_back(Err(ProviderError::InvalidResponse {
                 provider: name.clone(),
                 message: format!("unreadable stream chunk: {err}"),
-            })],
-        }
-    })
+            })),
+        },
+    )
 }
 
 /// Percent-encodes a model name as one path segment, so nothing in it can reshape the URL.
@@ -702,8 +705,8 @@ pub(crate) struct StreamState {
 }
 
 impl StreamState {
-    pub(crate) fn map(&mut self, chunk: GenerateContentResponse) -> Vec<StreamDelta> {
-        let mut out = Vec::new();
+    pub(crate) fn map(&mut self, chunk: GenerateContentResponse, out: &mut Deltas) {
+        let mut push = |delta| out.push_back(Ok(delta));
         let mut usage_changed = false;
         if let Some(metadata) = &chunk.usage_metadata {
             self.usage = Usage {
@@ -714,29 +717,29 @@ impl StreamState {
         }
         let Some(candidate) = chunk.candidates.into_iter().next() else {
             if usage_changed {
-                out.push(StreamDelta::Usage(self.usage));
+                push(StreamDelta::Usage(self.usage));
             }
             if chunk.prompt_feedback.and_then(|f| f.block_reason).is_some() {
-                out.push(StreamDelta::Finish(FinishReason::ContentFilter));
+                push(StreamDelta::Finish(FinishReason::ContentFilter));
             }
-            return out;
+            return;
         };
         for part in candidate.content.unwrap_or_default().parts {
             if let Some(call) = part.function_call {
                 let index = self.next_call;
                 self.next_call += 1;
                 let call = call.into_tool_call(index);
-                out.push(StreamDelta::ToolCallStart {
+                push(StreamDelta::ToolCallStart {
                     index,
                     id: call.id,
                     name: call.name,
                 });
-                out.push(StreamDelta::ToolCallArguments {
+                push(StreamDelta::ToolCallArguments {
                     index,
                     fragment: call.arguments,
                 });
             } else if let Some(text) = part.text.filter(|t| !t.is_empty() && !part.thought) {
-                out.push(StreamDelta::Text(text));
+                push(StreamDelta::Text(text));
             }
         }
         if let Some(grounding) = candidate.grounding_metadata {
@@ -753,21 +756,20 @@ impl StreamState {
             for citation in grounding.citations() {
                 if !self.cited.contains(&citation.url) {
                     self.cited.push(citation.url.clone());
-                    out.push(StreamDelta::Citation(citation));
+                    push(StreamDelta::Citation(citation));
                 }
             }
         }
         if usage_changed {
-            out.push(StreamDelta::Usage(self.usage));
+            push(StreamDelta::Usage(self.usage));
         }
         if let Some(reason) = candidate.finish_reason {
-            out.push(StreamDelta::Finish(if self.next_call > 0 {
+            push(StreamDelta::Finish(if self.next_call > 0 {
                 FinishReason::ToolCalls
             } else {
                 finish_reason(&reason)
             }));
         }
-        out
     }
 }
 
@@ -1209,8 +1211,10 @@ mod tests {
         let mut state = StreamState::default();
         let mut acc = ResponseAccumulator::new("gemini-2.5-flash");
         for chunk in chunks {
-            for delta in state.map(serde_json::from_value(chunk).unwrap()) {
-                acc.push(&delta);
+            let mut out = sse::Deltas::new();
+            state.map(serde_json::from_value(chunk).unwrap(), &mut out);
+            for delta in out {
+                acc.push(&delta.unwrap());
             }
         }
         assert!(acc.is_finished());

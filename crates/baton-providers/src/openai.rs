@@ -12,12 +12,14 @@ use baton_domain::chat::{
 use bytes::Bytes;
 use futures::Stream;
 use secrecy::{ExposeSecret, SecretString};
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::provider::{DeltaStream, Provider};
-use crate::{http, openai_responses, sse};
+use crate::sse::{self, Deltas};
+use crate::{http, openai_responses};
 
 /// How this server differs from OpenAI's own API.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -161,25 +163,23 @@ where
 {
     let name = provider.to_string();
     let mut state = StreamState::default();
-    sse::deltas(provider, bytes, move |data| {
+    sse::deltas(provider, bytes, move |data, out| {
         if data.trim() == "[DONE]" {
-            return Vec::new();
+            return;
         }
         match serde_json::from_str::<ChatChunk>(data) {
             // Compatible servers report mid-stream failures as an error object.
             Ok(ChatChunk {
                 error: Some(error), ..
-            }) => vec![Err(stream_error(&name, &error))],
-            Ok(chunk) => state.map(chunk).into_iter().map(Ok).collect(),
-            Err(err) => match serde_json::from_str::<Value>(data) {
-                Ok(value) if value.get("error").is_some() => {
-                    vec![Err(stream_error(&name, &value["error"]))]
-                }
-                _ => vec![Err(ProviderError::InvalidResponse {
+            }) => out.push_back(Err(stream_error(&name, &error))),
+            Ok(chunk) => state.map(chunk, out),
+            Err(err) => out.push_back(Err(match serde_json::from_str::<Value>(data) {
+                Ok(value) if value.get("error").is_some() => stream_error(&name, &value["error"]),
+                _ => ProviderError::InvalidResponse {
                     provider: name.clone(),
                     message: format!("unreadable stream chunk: {err}"),
-                })],
-            },
+                },
+            })),
         }
     })
 }
@@ -583,8 +583,9 @@ pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceR
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct ChatChunk {
-    #[serde(default)]
-    choices: Vec<ChunkChoice>,
+    /// Only the first choice is used (Baton asks for one).
+    #[serde(default, rename = "choices", deserialize_with = "first_choice")]
+    choice: Option<ChunkChoice>,
     #[serde(default)]
     usage: Option<WireUsage>,
     /// Every field above is optional, so an error object would read as an empty chunk.
@@ -603,7 +604,7 @@ struct ChunkChoice {
 #[derive(Debug, Default, Deserialize)]
 struct ChunkDelta {
     #[serde(default)]
-    content: Option<Value>,
+    content: DeltaText,
     #[serde(default)]
     tool_calls: Vec<ChunkToolCall>,
 }
@@ -633,12 +634,12 @@ pub(crate) struct StreamState {
 }
 
 impl StreamState {
-    pub(crate) fn map(&mut self, chunk: ChatChunk) -> Vec<StreamDelta> {
-        let mut out = Vec::new();
-        for choice in chunk.choices.into_iter().take(1) {
-            let text = text_of(&choice.delta.content);
+    pub(crate) fn map(&mut self, chunk: ChatChunk, out: &mut Deltas) {
+        let mut push = |delta| out.push_back(Ok(delta));
+        if let Some(choice) = chunk.choice {
+            let DeltaText(text) = choice.delta.content;
             if !text.is_empty() {
-                out.push(StreamDelta::Text(text));
+                push(StreamDelta::Text(text));
             }
             for (position, call) in choice.delta.tool_calls.into_iter().enumerate() {
                 let index = call.index.unwrap_or(position as u32);
@@ -650,24 +651,109 @@ impl StreamState {
                     && let Some(name) = name
                 {
                     self.announced.push(index);
-                    out.push(StreamDelta::ToolCallStart {
+                    push(StreamDelta::ToolCallStart {
                         index,
                         id: call.id.unwrap_or_else(|| format!("call_{index}")),
                         name,
                     });
                 }
                 if let Some(fragment) = arguments.filter(|a| !a.is_empty()) {
-                    out.push(StreamDelta::ToolCallArguments { index, fragment });
+                    push(StreamDelta::ToolCallArguments { index, fragment });
                 }
             }
             if let Some(reason) = choice.finish_reason {
-                out.push(StreamDelta::Finish(finish_reason(&reason)));
+                push(StreamDelta::Finish(finish_reason(&reason)));
             }
         }
         if let Some(usage) = chunk.usage {
-            out.push(StreamDelta::Usage(usage.canonical()));
+            push(StreamDelta::Usage(usage.canonical()));
         }
-        out
+    }
+}
+
+/// The first element of `choices` (absent when the array is empty); the rest are skipped
+/// without being built.
+fn first_choice<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<ChunkChoice>, D::Error> {
+    struct First;
+    impl<'de> Visitor<'de> for First {
+        type Value = Option<ChunkChoice>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array of choices")
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let first = seq.next_element()?;
+            while seq.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(first)
+        }
+    }
+    deserializer.deserialize_seq(First)
+}
+
+/// A delta's `content` read straight into its text: a string, or (some compatible servers:
+/// Mistral) an array of parts whose texts are joined; anything else is no text, as in a
+/// complete answer ([`text_of`]). A `Value` and a copy of its string were two allocations a
+/// chunk.
+#[derive(Debug, Default)]
+struct DeltaText(String);
+
+impl<'de> Deserialize<'de> for DeltaText {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = DeltaText;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string or an array of content parts")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<DeltaText, E> {
+                Ok(DeltaText(text.to_owned()))
+            }
+
+            fn visit_string<E: de::Error>(self, text: String) -> Result<DeltaText, E> {
+                Ok(DeltaText(text))
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut parts: A) -> Result<DeltaText, A::Error> {
+                let mut text = String::new();
+                while let Some(part) = parts.next_element::<Value>()? {
+                    if let Some(part_text) = part.get("text").and_then(Value::as_str) {
+                        text.push_str(part_text);
+                    }
+                }
+                Ok(DeltaText(text))
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<DeltaText, A::Error> {
+                IgnoredAny.visit_map(map)?;
+                Ok(DeltaText::default())
+            }
+
+            fn visit_unit<E: de::Error>(self) -> Result<DeltaText, E> {
+                Ok(DeltaText::default())
+            }
+
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<DeltaText, E> {
+                Ok(DeltaText::default())
+            }
+
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<DeltaText, E> {
+                Ok(DeltaText::default())
+            }
+
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<DeltaText, E> {
+                Ok(DeltaText::default())
+            }
+
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<DeltaText, E> {
+                Ok(DeltaText::default())
+            }
+        }
+        deserializer.deserialize_any(Text)
     }
 }
 
@@ -782,8 +868,10 @@ mod tests {
         let mut state = StreamState::default();
         let mut acc = ResponseAccumulator::new("m");
         for chunk in chunks {
-            for delta in state.map(serde_json::from_value(chunk).unwrap()) {
-                acc.push(&delta);
+            let mut out = Deltas::new();
+            state.map(serde_json::from_value(chunk).unwrap(), &mut out);
+            for delta in out {
+                acc.push(&delta.unwrap());
             }
         }
         let r = acc.finish();
@@ -797,6 +885,45 @@ mod tests {
             }]
         );
         assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (3, 7));
+    }
+
+    /// A delta's content as the wire may carry it: a string, content parts (Mistral), or
+    /// something that is no text; only the first choice counts.
+    #[test]
+    fn stream_content_in_every_shape_and_only_the_first_choice() {
+        // Parsed from text, as a stream's chunks are (escapes and borrowed strings included).
+        let text_of_chunk = |chunk: &str| {
+            let mut out = Deltas::new();
+            StreamState::default().map(serde_json::from_str(chunk).unwrap(), &mut out);
+            out.into_iter()
+                .map(|delta| match delta.unwrap() {
+                    StreamDelta::Text(text) => text,
+                    other => panic!("expected text, got {other:?}"),
+                })
+                .collect::<Vec<_>>()
+        };
+        let delta =
+            |content: &str| format!(r#"{{"choices": [{{"delta": {{"content": {content}}}}}]}}"#);
+        assert_eq!(text_of_chunk(&delta(r#""plain""#)), ["plain"]);
+        assert_eq!(text_of_chunk(&delta(r#""a\u00e9\n""#)), ["a\u{e9}\n"]);
+        let parts = r#"[{"type": "text", "text": "Hel"}, {"type": "image"}, "x", {"text": "lo"}]"#;
+        assert_eq!(text_of_chunk(&delta(parts)), ["Hello"]);
+        for nothing in [
+            "null",
+            r#""""#,
+            r#"{"text": "no"}"#,
+            "3",
+            "-1",
+            "2.5",
+            "true",
+        ] {
+            assert!(text_of_chunk(&delta(nothing)).is_empty(), "{nothing}");
+        }
+        let two =
+            r#"{"choices": [{"delta": {"content": "first"}}, {"delta": {"content": "second"}}]}"#;
+        assert_eq!(text_of_chunk(two), ["first"]);
+        assert!(text_of_chunk(r#"{"choices": []}"#).is_empty());
+        assert!(text_of_chunk("{}").is_empty());
     }
 
     /// An error object reads as a chunk with every field absent: it must still be an error.

@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
+use crate::http;
 use crate::provider::DeltaStream;
-use crate::{http, sse};
+use crate::sse::{self, Deltas};
 
 /// Where and how to call the Responses API; borrowed from the `OpenAiProvider` that delegates.
 pub(crate) struct Endpoint<'a> {
@@ -92,7 +93,7 @@ where
     E: std::fmt::Display + Send + 'static,
 {
     let mut state = StreamState::new(provider);
-    sse::deltas(provider, bytes, move |data| state.parse(data))
+    sse::deltas(provider, bytes, move |data, out| state.parse(data, out))
 }
 
 // ---- Wire types: request -------------------------------------------------------------------
@@ -583,16 +584,16 @@ impl StreamState {
     }
 
     /// One SSE `data` payload to the deltas it stands for.
-    pub(crate) fn parse(&mut self, data: &str) -> Vec<ProviderResult<StreamDelta>> {
+    pub(crate) fn parse(&mut self, data: &str, out: &mut Deltas) {
         if data.trim().is_empty() {
-            return Vec::new();
+            return;
         }
         match serde_json::from_str::<StreamEvent>(data) {
-            Ok(event) => self.map(event),
-            Err(err) => vec![Err(ProviderError::InvalidResponse {
+            Ok(event) => self.map(event, out),
+            Err(err) => out.push_back(Err(ProviderError::InvalidResponse {
                 provider: self.provider.clone(),
                 message: format!("unreadable stream event: {err}"),
-            })],
+            })),
         }
     }
 
@@ -604,11 +605,11 @@ impl StreamState {
         Some(StreamDelta::Citation(citation))
     }
 
-    fn map(&mut self, event: StreamEvent) -> Vec<ProviderResult<StreamDelta>> {
-        let mut out = Vec::new();
+    fn map(&mut self, event: StreamEvent, out: &mut Deltas) {
+        let mut push = |delta| out.push_back(Ok(delta));
         match event {
             StreamEvent::TextDelta { delta } if !delta.is_empty() => {
-                out.push(StreamDelta::Text(delta));
+                push(StreamDelta::Text(delta));
             }
             StreamEvent::ItemAdded {
                 output_index,
@@ -624,13 +625,13 @@ impl StreamState {
                     output_index,
                     arguments_seen: !arguments.is_empty(),
                 });
-                out.push(StreamDelta::ToolCallStart {
+                push(StreamDelta::ToolCallStart {
                     index,
                     id: call_id,
                     name,
                 });
                 if !arguments.is_empty() {
-                    out.push(StreamDelta::ToolCallArguments {
+                    push(StreamDelta::ToolCallArguments {
                         index,
                         fragment: arguments,
                     });
@@ -642,21 +643,23 @@ impl StreamState {
             } if !delta.is_empty() => {
                 if let Some(index) = self.call_index(output_index) {
                     self.calls[index].arguments_seen = true;
-                    out.push(StreamDelta::ToolCallArguments {
+                    push(StreamDelta::ToolCallArguments {
                         index: index as u32,
                         fragment: delta,
                     });
                 }
             }
             StreamEvent::AnnotationAdded { annotation } => {
-                out.extend(annotation.citation().and_then(|c| self.citation(c)));
+                if let Some(citation) = annotation.citation().and_then(|c| self.citation(c)) {
+                    push(citation);
+                }
             }
             StreamEvent::ItemDone {
                 item: OutputItem::WebSearchCall {},
                 ..
             } => {
                 self.searches += 1;
-                out.push(StreamDelta::Usage(Usage {
+                push(StreamDelta::Usage(Usage {
                     web_search_calls: self.searches,
                     ..Usage::default()
                 }));
@@ -671,7 +674,7 @@ impl StreamState {
                     && !arguments.is_empty()
                 {
                     self.calls[index].arguments_seen = true;
-                    out.push(StreamDelta::ToolCallArguments {
+                    push(StreamDelta::ToolCallArguments {
                         index: index as u32,
                         fragment: arguments,
                     });
@@ -692,7 +695,9 @@ impl StreamState {
                                 for citation in
                                     annotations.into_iter().filter_map(Annotation::citation)
                                 {
-                                    out.extend(self.citation(citation));
+                                    if let Some(citation) = self.citation(citation) {
+                                        push(citation);
+                                    }
                                 }
                             }
                         }
@@ -705,30 +710,29 @@ impl StreamState {
                     },
                     |u| u.canonical(self.searches),
                 );
-                out.push(StreamDelta::Usage(usage));
-                out.push(StreamDelta::Finish(finish_reason(
+                push(StreamDelta::Usage(usage));
+                push(StreamDelta::Finish(finish_reason(
                     &response,
                     !self.calls.is_empty(),
                 )));
             }
             StreamEvent::Failed { response } => {
                 let (code, message) = response.error.map_or((None, None), |e| (e.code, e.message));
-                return vec![Err(reported_error(
+                out.push_back(Err(reported_error(
                     &self.provider,
                     code.as_deref(),
                     message,
-                ))];
+                )));
             }
             StreamEvent::Error { code, message } => {
-                return vec![Err(reported_error(
+                out.push_back(Err(reported_error(
                     &self.provider,
                     code.as_deref(),
                     message,
-                ))];
+                )));
             }
             _ => {}
         }
-        out.into_iter().map(Ok).collect()
     }
 }
 
@@ -1009,7 +1013,9 @@ mod tests {
         let mut state = StreamState::new("openai");
         let (mut deltas, mut errors) = (Vec::new(), Vec::new());
         for event in events {
-            for item in state.parse(&event.to_string()) {
+            let mut out = Deltas::new();
+            state.parse(&event.to_string(), &mut out);
+            for item in out {
                 match item {
                     Ok(delta) => deltas.push(delta),
                     Err(err) => errors.push(err),
@@ -1111,8 +1117,10 @@ mod tests {
         assert!(errors[0].is_retryable());
 
         let mut state = StreamState::new("openai");
+        let mut out = Deltas::new();
+        state.parse("{not json", &mut out);
         assert!(matches!(
-            state.parse("{not json").as_slice(),
+            out.make_contiguous(),
             [Err(ProviderError::InvalidResponse { .. })]
         ));
     }

@@ -3,6 +3,9 @@
 //! of its buffer after every line: `docs/performance.md`, round 28); this module bounds how much
 //! one event may buffer, since the parser has no limit of its own.
 
+use std::collections::VecDeque;
+use std::task::{Poll, ready};
+
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sseer::{EventStream, event::Event};
@@ -87,24 +90,36 @@ impl SinceBoundary {
     }
 }
 
+/// What one event stands for, in order: deltas, or an error. A format's mapping pushes into it
+/// and [`deltas`] hands the items out before it reads the next event, so one queue serves a
+/// whole stream (a `Vec` returned for each event, flattened, was two allocations a chunk).
+pub type Deltas = VecDeque<ProviderResult<StreamDelta>>;
+
 /// The skeleton every SSE wire format shares: `bytes` parsed as events (bounded by
 /// [`MAX_EVENT_BYTES`]), events without data skipped, and each event's data handed to the
-/// format's `map`, which turns it into the deltas (or the error) it stands for, keeping whatever
-/// state the format needs between events.
+/// format's `map`, which pushes the deltas (or the error) it stands for, keeping whatever state
+/// the format needs between events.
 pub fn deltas<S, E, F>(provider: &str, bytes: S, mut map: F) -> DeltaStream
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display + Send + 'static,
-    F: FnMut(&str) -> Vec<ProviderResult<StreamDelta>> + Send + 'static,
+    F: FnMut(&str, &mut Deltas) + Send + 'static,
 {
-    let deltas = events(provider, bytes, MAX_EVENT_BYTES).flat_map(move |event| {
-        futures::stream::iter(match event {
-            Err(err) => vec![Err(err)],
-            Ok(event) if event.data.trim().is_empty() => Vec::new(),
-            Ok(event) => map(&event.data),
-        })
-    });
-    Box::pin(deltas)
+    let mut events = Box::pin(events(provider, bytes, MAX_EVENT_BYTES));
+    let mut pending = Deltas::new();
+    Box::pin(futures::stream::poll_fn(move |cx| {
+        loop {
+            if let Some(item) = pending.pop_front() {
+                return Poll::Ready(Some(item));
+            }
+            match ready!(events.as_mut().poll_next(cx)) {
+                None => return Poll::Ready(None),
+                Some(Err(err)) => return Poll::Ready(Some(Err(err))),
+                Some(Ok(event)) if event.data.trim().is_empty() => {}
+                Some(Ok(event)) => map(&event.data, &mut pending),
+            }
+        }
+    }))
 }
 
 #[cfg(test)]
