@@ -2,12 +2,15 @@
 
 use std::any::Any;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt as _;
+use tracing::Instrument as _;
 
 use crate::error::ApiError;
 use crate::metrics::{Metrics, RequestTimer};
@@ -19,13 +22,15 @@ pub static X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 pub struct RequestId(pub String);
 
 /// Outermost middleware: gives every request an id, returns it in `X-Request-Id`, counts and
-/// times it in `metrics`, renders any error into the DESIGN.md body and logs it once.
+/// times it in `metrics`, runs its handler inside the `request` span, renders any error into the
+/// DESIGN.md body and logs it once, and logs a response body that fails after its head was sent.
 pub async fn request_context(
     State(metrics): State<Arc<Metrics>>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let timer = RequestTimer::start(&request);
+    let timer_start = Instant::now();
     // Ids are always made here: a client-chosen id could collide with a stored run's id.
     let request_id = uuid::Uuid::now_v7().to_string();
     request
@@ -34,7 +39,17 @@ pub async fn request_context(
     let method = request.method().clone();
     let path = request.uri().path().to_string();
 
-    let mut response = next.run(request).await;
+    // The span covers the handler, not the response body: a stream's body is polled a few
+    // times a chunk, and entering a span costs the subscriber ~400 instructions each time
+    // (tower-http's `TraceLayer` entered it on every poll: ~50k a streamed request,
+    // `docs/performance.md`, round 30).
+    let span = tracing::info_span!(
+        "request",
+        method = method.as_str(),
+        path = path.as_str(),
+        request_id = request_id.as_str()
+    );
+    let mut response = next.run(request).instrument(span).await;
     timer.finish(&metrics, &response);
 
     if let Some(error) = response.extensions_mut().remove::<ApiError>() {
@@ -51,7 +66,15 @@ pub async fn request_context(
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(X_REQUEST_ID.clone(), value);
     }
-    response
+    let started = timer_start;
+    response.map(move |body| {
+        Body::new(body.map_err(move |error| {
+            // The head is sent, so the client sees a cut connection; the operator sees why.
+            let latency_ms = started.elapsed().as_millis();
+            tracing::error!(%request_id, %method, path, %error, latency_ms, "response body failed");
+            error
+        }))
+    })
 }
 
 fn is_json(response: &Response) -> bool {

@@ -27,10 +27,8 @@ use axum::http::{HeaderName, StatusCode, header};
 use axum::{Extension, middleware};
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::TraceLayer;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 
@@ -42,8 +40,6 @@ pub use overload::OverloadConfig;
 pub use routes::openapi;
 pub use serve::{ServeOptions, serve};
 pub use state::{ApiConfig, AppState};
-
-use crate::context::RequestId;
 
 /// How long past the request deadline the outer timeout waits for the handler to answer.
 const DEADLINE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
@@ -89,24 +85,6 @@ pub(crate) fn with_request_layers(
                 metrics,
                 context::request_context,
             ))
-            .layer(
-                TraceLayer::new_for_http()
-                    .make_span_with(|request: &axum::http::Request<_>| {
-                        let request_id = request
-                            .extensions()
-                            .get::<RequestId>()
-                            .map(|r| r.0.as_str())
-                            .unwrap_or("");
-                        // `&str` fields, recorded as they are; `%` would format each through `Display`.
-                        tracing::info_span!(
-                            "request",
-                            method = request.method().as_str(),
-                            path = request.uri().path(),
-                            request_id
-                        )
-                    })
-                    .on_failure(body_failed),
-            )
             .layer(CatchPanicLayer::custom(context::panic_response))
             // A backstop only: the executor ends its calls at `request_timeout` itself (504
             // `PROVIDER_TIMEOUT`, the run logged). Firing at the same instant, this layer won the
@@ -118,15 +96,6 @@ pub(crate) fn with_request_layers(
             .layer(DefaultBodyLimit::max(config.max_body_bytes))
             .layer(Extension(extract::BodyLimit(config.max_body_bytes))),
     )
-}
-
-/// tower-http's failure hook, for what the request context cannot see: a response body that
-/// failed after its head was sent. An error status is logged once, by the request context,
-/// with its code (tower-http's default logged it a second time).
-fn body_failed(failure: ServerErrorsFailureClass, latency: std::time::Duration, _: &tracing::Span) {
-    if let ServerErrorsFailureClass::Error(error) = failure {
-        tracing::error!(%error, latency_ms = latency.as_millis(), "response body failed");
-    }
 }
 
 #[cfg(test)]
@@ -211,6 +180,182 @@ mod tests {
         let (status, _, _) = call(app(), "/panic").await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(errors.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// What a test's subscriber saw: each event's message, level and the `request_id` of the
+    /// `request` span it was inside; and how often that span was entered.
+    /// An event's level, message and request id.
+    type Recorded = (tracing::Level, String, Option<String>);
+
+    #[derive(Clone, Default)]
+    struct Recorder {
+        events: Arc<std::sync::Mutex<Vec<Recorded>>>,
+        request_span_enters: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    struct RequestIdField(String);
+
+    #[derive(Default)]
+    struct Fields {
+        message: String,
+        request_id: Option<String>,
+    }
+
+    impl tracing::field::Visit for Fields {
+        fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+            if field.name() == "request_id" {
+                self.request_id = Some(value.to_string());
+            }
+        }
+
+        fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+            match field.name() {
+                "message" => self.message = format!("{value:?}"),
+                "request_id" => self.request_id = Some(format!("{value:?}")),
+                _ => {}
+            }
+        }
+    }
+
+    impl<S> tracing_subscriber::Layer<S> for Recorder
+    where
+        S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    {
+        fn on_new_span(
+            &self,
+            attrs: &tracing::span::Attributes<'_>,
+            id: &tracing::span::Id,
+            ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = Fields::default();
+            attrs.record(&mut fields);
+            if let (Some(span), Some(request_id)) = (ctx.span(id), fields.request_id) {
+                span.extensions_mut().insert(RequestIdField(request_id));
+            }
+        }
+
+        fn on_enter(&self, id: &tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+            if ctx.span(id).is_some_and(|span| span.name() == "request") {
+                self.request_span_enters
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+
+        fn on_event(
+            &self,
+            event: &tracing::Event<'_>,
+            ctx: tracing_subscriber::layer::Context<'_, S>,
+        ) {
+            let mut fields = Fields::default();
+            event.record(&mut fields);
+            let span_request_id = ctx.event_scope(event).and_then(|scope| {
+                scope
+                    .filter(|span| span.name() == "request")
+                    .find_map(|span| {
+                        span.extensions()
+                            .get::<RequestIdField>()
+                            .map(|f| f.0.clone())
+                    })
+            });
+            let request_id = span_request_id.or(fields.request_id);
+            let entry = (*event.metadata().level(), fields.message, request_id);
+            self.events.lock().unwrap().push(entry);
+        }
+    }
+
+    /// Routes whose handler logs, and whose bodies stream many chunks or fail half-way.
+    fn streaming_app() -> Router {
+        let chunks = |n: usize, fail: bool| {
+            futures::stream::unfold(0, move |sent| async move {
+                tokio::task::yield_now().await;
+                match sent {
+                    _ if sent < n => Some((Ok(bytes::Bytes::from("chunk ")), sent + 1)),
+                    _ if sent == n && fail => {
+                        Some((Err(std::io::Error::other("upstream cut")), sent + 1))
+                    }
+                    _ => None,
+                }
+            })
+        };
+        let router = Router::new()
+            .route(
+                "/many",
+                get(move || async move {
+                    tracing::info!("handler ran");
+                    Body::from_stream(chunks(50, false))
+                }),
+            )
+            .route(
+                "/cut",
+                get(move || async move { Body::from_stream(chunks(2, true)) }),
+            );
+        with_request_layers(
+            router,
+            &ApiConfig::default(),
+            Arc::new(metrics::Metrics::new()),
+        )
+    }
+
+    async fn send(router: Router, path: &str) -> (String, Result<bytes::Bytes, axum::Error>) {
+        let response = router
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        (
+            id,
+            axum::body::to_bytes(response.into_body(), 1 << 20).await,
+        )
+    }
+
+    /// The handler's log lines carry the request's span (its id), but a streamed body's polls do
+    /// not enter it: entering costs the subscriber on every poll of every chunk.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_request_span_covers_the_handler_not_each_poll_of_the_body() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let recorder = Recorder::default();
+        let _guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+        let (id, body) = send(streaming_app(), "/many").await;
+        assert_eq!(body.unwrap().len(), 50 * "chunk ".len());
+        let events = recorder.events.lock().unwrap().clone();
+        let handler_line = events
+            .iter()
+            .find(|(_, message, _)| message == "handler ran");
+        assert_eq!(
+            handler_line.and_then(|(_, _, id)| id.as_deref()),
+            Some(id.as_str())
+        );
+        let enters = recorder
+            .request_span_enters
+            .load(std::sync::atomic::Ordering::Relaxed);
+        assert!(
+            (1..10).contains(&enters),
+            "the request span was entered {enters} times"
+        );
+    }
+
+    /// A body that fails after its head was sent is logged once, as an error, with the request's
+    /// id and the error.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_body_failing_after_the_head_is_logged_with_the_request_id() {
+        use tracing_subscriber::layer::SubscriberExt;
+        let recorder = Recorder::default();
+        let _guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+        let (id, body) = send(streaming_app(), "/cut").await;
+        assert!(body.unwrap_err().to_string().contains("upstream cut"));
+        let events = recorder.events.lock().unwrap().clone();
+        let failures: Vec<_> = events
+            .iter()
+            .filter(|(_, message, _)| message == "response body failed")
+            .collect();
+        assert_eq!(failures.len(), 1, "{events:?}");
+        assert_eq!(failures[0].0, tracing::Level::ERROR);
+        assert_eq!(failures[0].2.as_deref(), Some(id.as_str()));
     }
 
     #[tokio::test]

@@ -16,7 +16,7 @@ use tracing_subscriber::{EnvFilter, Layer, fmt};
 
 use crate::config::LogFormat;
 
-const DEFAULT_FILTER: &str = "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn,tower_http=warn";
+const DEFAULT_FILTER: &str = "info,sqlx=warn,sea_orm=warn,sea_orm_migration=warn";
 
 /// Installs the global subscriber. Keep the guard alive until exit so buffered lines flush.
 pub fn init(format: LogFormat) -> WorkerGuard {
