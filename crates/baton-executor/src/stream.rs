@@ -242,9 +242,10 @@ pub async fn past(deadline: Option<&mut Deadline>) -> ExecutorError {
 }
 
 /// The envelopes of the stream, as the client's filter lets them through; the caller ends the
-/// stream (SSE: `[DONE]`).
+/// stream (SSE: `[DONE]`). The state is boxed so that `unfold`, which moves it out of each
+/// step's future and into the next, moves a pointer rather than the whole struct.
 pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
-    futures::stream::unfold(state, |mut s| async move {
+    futures::stream::unfold(Box::new(state), |mut s| async move {
         let mut batch: Vec<Option<Value>> = Vec::new();
         match s.phase {
             Phase::Start => {

@@ -188,11 +188,22 @@ fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
             },
             Some(g["concurrency"]["mock_headroom_ok"] == true),
         ));
+        // The sweep's last step is past the gateway's capacity on purpose: what it refused
+        // there (503 `OVERLOADED`, load shedding) is the designed answer, not a failure.
+        let errors = g["errors"].as_u64().unwrap_or(0);
+        let past_capacity = g["sweep"]["errors_past_capacity"].as_u64().unwrap_or(0);
+        let failed = errors.saturating_sub(past_capacity);
         out.push(target(
             g,
-            "no failed requests",
-            format!("{} of {}", g["errors"], g["requests_sent"]),
-            Some(g["errors"] == 0),
+            "no failed requests (the sweep's step past capacity aside)",
+            match past_capacity {
+                0 => format!("{failed} of {}", g["requests_sent"]),
+                _ => format!(
+                    "{failed} of {} ({past_capacity} refused in the sweep's step past capacity)",
+                    g["requests_sent"]
+                ),
+            },
+            Some(failed == 0),
         ));
     }
     out
@@ -794,6 +805,39 @@ mod tests {
         let compared = ratios(&gateways);
         assert_eq!(compared.len(), 1);
         assert_eq!(compared[0]["gateway"], "baton-sqlite");
+    }
+
+    /// Refusals in the sweep's step past capacity are the designed answer; any other error
+    /// fails the target.
+    #[test]
+    fn failed_requests_leave_out_the_sweeps_step_past_capacity() {
+        let gateway = |errors: u64, past_capacity: u64| {
+            json!({"name": "baton-sqlite", "errors": errors, "requests_sent": 1000,
+                   "sweep": {"errors_past_capacity": past_capacity}})
+        };
+        let options = Options::parse(&[]).unwrap();
+        let failed = |g: Value| {
+            targets(&options, &[g])
+                .into_iter()
+                .find(|t| {
+                    t["target"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with("no failed requests")
+                })
+                .unwrap()
+        };
+        let shed_in_sweep = failed(gateway(40, 40));
+        assert_eq!(shed_in_sweep["met"], true, "{shed_in_sweep}");
+        assert!(
+            shed_in_sweep["value"]
+                .as_str()
+                .unwrap()
+                .contains("40 refused")
+        );
+        assert_eq!(failed(gateway(41, 40))["met"], false);
+        assert_eq!(failed(gateway(0, 0))["met"], true);
+        assert_eq!(failed(gateway(3, 0))["met"], false);
     }
 
     #[test]

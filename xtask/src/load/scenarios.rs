@@ -720,42 +720,57 @@ pub async fn run_gateway(
     // must not weigh on the streams' figures.
     let mut steps = Vec::new();
     let mut highest: Option<u64> = None;
+    // A failing step is run once more before the sweep ends: at a rate the gateway cannot
+    // hold the retry fails too, while a single stall of the VM (a 3 s step's p99 is its ~8th
+    // worst request at 250 RPS) does not end the sweep at a rate far below what the gateway's
+    // fixed-rate phases held. Requests past capacity: the last step's errors, by design.
+    let mut past_capacity = Sent::default();
     for &rate in &options.sweep {
-        let direct = ctx
-            .baseline
-            .at_rate(&client, &ctx.direct, rate, options.sweep_duration)
-            .await?;
-        let meters = probe.start().await;
-        let outcome =
-            driver::fixed_rate(&client, target, rate as f64, options.sweep_duration).await?;
-        let cost = meters.finish(outcome.sent).await;
-        sent.add(&outcome);
-        let added_p99 = added(&outcome, direct, 0.99);
-        let achieved = outcome.rps() >= 0.95 * rate as f64;
-        let passed = added_p99 < SWEEP_MAX_ADDED_P99_US
-            && outcome.error_rate() < SWEEP_MAX_ERROR_RATE
-            && achieved;
-        progress(
-            name,
-            &format!(
-                "sweep {rate} RPS: added p99 {added_p99} us, {:.2}% errors: {}{}",
-                outcome.error_rate() * 100.0,
-                if passed { "pass" } else { "fail (sweep ends)" },
-                lanes_note(&cost.batches)
-            ),
-        );
-        steps.push(json!({
-            "rate": rate,
-            "achieved_rps": (outcome.rps() * 10.0).round() / 10.0,
-            "gateway_p99_us": outcome.quantile(0.99),
-            "direct_p99_us": direct.quantile(0.99),
-            "added_p99_us": added_p99,
-            "error_rate": outcome.error_rate(),
-            "cpu_us_per_request": cost.cpu_us,
-            "database_cpu_us_per_request": cost.database_cpu_us,
-            "log_batches": cost.batches,
-            "passed": passed,
-        }));
+        let mut attempt = 1;
+        let passed = loop {
+            let direct = ctx
+                .baseline
+                .at_rate(&client, &ctx.direct, rate, options.sweep_duration)
+                .await?;
+            let meters = probe.start().await;
+            let outcome =
+                driver::fixed_rate(&client, target, rate as f64, options.sweep_duration).await?;
+            let cost = meters.finish(outcome.sent).await;
+            sent.add(&outcome);
+            let added_p99 = added(&outcome, direct, 0.99);
+            let passed = sweep_step_passes(added_p99, &outcome, rate);
+            let verdict = sweep_verdict(passed, attempt);
+            progress(
+                name,
+                &format!(
+                    "sweep {rate} RPS: added p99 {added_p99} us, {:.2}% errors: {}{}",
+                    outcome.error_rate() * 100.0,
+                    verdict.note(),
+                    lanes_note(&cost.batches)
+                ),
+            );
+            steps.push(json!({
+                "rate": rate,
+                "attempt": attempt,
+                "achieved_rps": (outcome.rps() * 10.0).round() / 10.0,
+                "gateway_p99_us": outcome.quantile(0.99),
+                "direct_p99_us": direct.quantile(0.99),
+                "added_p99_us": added_p99,
+                "error_rate": outcome.error_rate(),
+                "cpu_us_per_request": cost.cpu_us,
+                "database_cpu_us_per_request": cost.database_cpu_us,
+                "log_batches": cost.batches,
+                "passed": passed,
+            }));
+            match verdict {
+                SweepVerdict::Pass => break true,
+                SweepVerdict::Retry => attempt += 1,
+                SweepVerdict::End => {
+                    past_capacity.add(&outcome);
+                    break false;
+                }
+            }
+        };
         if !passed {
             break;
         }
@@ -766,6 +781,7 @@ pub async fn run_gateway(
         "criteria": format!("added p99 < {SWEEP_MAX_ADDED_P99_US} us, errors < {}%, achieved >= 95% of the rate", SWEEP_MAX_ERROR_RATE * 100.0),
         "steps": steps,
         "highest_passing_rps": highest,
+        "errors_past_capacity": past_capacity.errors,
     });
 
     let rss_sweep = sampler.take_peak(pid);
@@ -834,9 +850,53 @@ pub async fn run_gateway(
     }))
 }
 
+/// Whether a sweep step held its rate: added p99 under the bound, errors under the rate, and
+/// nearly every request sent (the driver kept up).
+fn sweep_step_passes(added_p99: i64, outcome: &Outcome, rate: u64) -> bool {
+    added_p99 < SWEEP_MAX_ADDED_P99_US
+        && outcome.error_rate() < SWEEP_MAX_ERROR_RATE
+        && outcome.rps() >= 0.95 * rate as f64
+}
+
+/// What a sweep does after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SweepVerdict {
+    Pass,
+    /// Failed for the first time: the same rate once more.
+    Retry,
+    /// Failed twice: the rate is past what the gateway holds.
+    End,
+}
+
+impl SweepVerdict {
+    fn note(self) -> &'static str {
+        match self {
+            SweepVerdict::Pass => "pass",
+            SweepVerdict::Retry => "fail (once more)",
+            SweepVerdict::End => "fail (sweep ends)",
+        }
+    }
+}
+
+fn sweep_verdict(passed: bool, attempt: u32) -> SweepVerdict {
+    match (passed, attempt) {
+        (true, _) => SweepVerdict::Pass,
+        (false, 1) => SweepVerdict::Retry,
+        (false, _) => SweepVerdict::End,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failing_sweep_step_is_tried_once_more_before_the_sweep_ends() {
+        assert_eq!(sweep_verdict(true, 1), SweepVerdict::Pass);
+        assert_eq!(sweep_verdict(false, 1), SweepVerdict::Retry);
+        assert_eq!(sweep_verdict(true, 2), SweepVerdict::Pass);
+        assert_eq!(sweep_verdict(false, 2), SweepVerdict::End);
+    }
 
     #[test]
     fn the_mock_s_capacity_is_its_throughput_over_its_busy_share() {

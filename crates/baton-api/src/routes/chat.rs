@@ -442,9 +442,11 @@ async fn next_or_expired(
 }
 
 /// Relays upstream deltas as chunks: role chunk, content chunks, final usage chunk, `[DONE]`.
-/// Each item is a body frame holding the events written by one step (never empty).
+/// Each item is a body frame holding the events written by one step (never empty). The state
+/// is boxed: `unfold` moves it out of the step's future and into the next one for every item,
+/// which for the whole struct was a `memcpy` of ~1 KB twice a chunk.
 fn chunk_events(state: ChunkStream) -> impl Stream<Item = Bytes> + Send {
-    futures::stream::unfold(state, |mut state| async move {
+    futures::stream::unfold(Box::new(state), |mut state| async move {
         while state.sse.is_empty() {
             relay_step(&mut state).await?;
         }
