@@ -311,14 +311,19 @@ mod tests {
         )
     }
 
+    /// A recorder, this thread's subscriber until the guard drops.
+    fn recording() -> (Recorder, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::layer::SubscriberExt;
+        let recorder = Recorder::default();
+        let subscriber = tracing_subscriber::registry().with(recorder.clone());
+        (recorder, tracing::subscriber::set_default(subscriber))
+    }
+
     /// The handler's log lines carry the request's span (its id), but a streamed body's polls do
     /// not enter it: entering costs the subscriber on every poll of every chunk.
     #[tokio::test(flavor = "current_thread")]
     async fn the_request_span_covers_the_handler_not_each_poll_of_the_body() {
-        use tracing_subscriber::layer::SubscriberExt;
-        let recorder = Recorder::default();
-        let _guard =
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+        let (recorder, _guard) = recording();
         let (id, body) = send(streaming_app(), "/many").await;
         assert_eq!(body.unwrap().len(), 50 * "chunk ".len());
         let events = recorder.events.lock().unwrap().clone();
@@ -342,10 +347,7 @@ mod tests {
     /// id and the error.
     #[tokio::test(flavor = "current_thread")]
     async fn a_body_failing_after_the_head_is_logged_with_the_request_id() {
-        use tracing_subscriber::layer::SubscriberExt;
-        let recorder = Recorder::default();
-        let _guard =
-            tracing::subscriber::set_default(tracing_subscriber::registry().with(recorder.clone()));
+        let (recorder, _guard) = recording();
         let (id, body) = send(streaming_app(), "/cut").await;
         assert!(body.unwrap_err().to_string().contains("upstream cut"));
         let events = recorder.events.lock().unwrap().clone();
