@@ -723,10 +723,13 @@ pub async fn run_gateway(
     // A failing step is run once more before the sweep ends: at a rate the gateway cannot
     // hold the retry fails too, while a single stall of the VM (a 3 s step's p99 is its ~8th
     // worst request at 250 RPS) does not end the sweep at a rate far below what the gateway's
-    // fixed-rate phases held. Requests past capacity: the last step's errors, by design.
+    // fixed-rate phases held. Requests past capacity: both attempts at the rate that ended
+    // the sweep; their errors are load shedding doing its job.
     let mut past_capacity = Sent::default();
     for &rate in &options.sweep {
         let mut attempt = 1;
+        // The attempts' outcomes at this rate: past capacity if the rate ends the sweep.
+        let mut at_rate = Sent::default();
         let passed = loop {
             let direct = ctx
                 .baseline
@@ -737,6 +740,7 @@ pub async fn run_gateway(
                 driver::fixed_rate(&client, target, rate as f64, options.sweep_duration).await?;
             let cost = meters.finish(outcome.sent).await;
             sent.add(&outcome);
+            at_rate.add(&outcome);
             let added_p99 = added(&outcome, direct, 0.99);
             let passed = sweep_step_passes(added_p99, &outcome, rate);
             let verdict = sweep_verdict(passed, attempt);
@@ -766,7 +770,7 @@ pub async fn run_gateway(
                 SweepVerdict::Pass => break true,
                 SweepVerdict::Retry => attempt += 1,
                 SweepVerdict::End => {
-                    past_capacity.add(&outcome);
+                    past_capacity = at_rate;
                     break false;
                 }
             }
