@@ -335,10 +335,26 @@ impl ChunkWriter {
     ) {
         out.extend_from_slice(&self.head);
         // Writing into a `Vec` cannot fail; these values serialise.
-        let _ = serde_json::to_writer(&mut *out, delta);
-        out.extend_from_slice(br#","finish_reason":"#);
-        let _ = serde_json::to_writer(&mut *out, &finish_reason);
-        out.extend_from_slice(br#","logprobs":null}]}"#);
+        match delta {
+            // Nearly every chunk of a stream: only its text is serialised (serde's struct
+            // machinery escaped the key each time too).
+            Delta::Content { content } => {
+                out.extend_from_slice(br#"{"content":"#);
+                let _ = serde_json::to_writer(&mut *out, content);
+                out.push(b'}');
+            }
+            other => {
+                let _ = serde_json::to_writer(&mut *out, other);
+            }
+        }
+        match finish_reason {
+            None => out.extend_from_slice(br#","finish_reason":null,"logprobs":null}]}"#),
+            Some(reason) => {
+                out.extend_from_slice(br#","finish_reason":"#);
+                let _ = serde_json::to_writer(&mut *out, reason);
+                out.extend_from_slice(br#","logprobs":null}]}"#);
+            }
+        }
     }
 
     /// The chunk `write_chunk` writes, as a struct (what its bytes are checked against).
@@ -481,6 +497,11 @@ mod tests {
         assert_eq!(
             written(&writer, &text).unwrap(),
             envelope(json!({"content": "tok"}), Value::Null)
+        );
+        let escaped = "a \"quote\", a \\ and a line\n\u{1}é✓";
+        assert_eq!(
+            written(&writer, &StreamDelta::Text(escaped.into())).unwrap(),
+            envelope(json!({"content": escaped}), Value::Null)
         );
         let start = StreamDelta::ToolCallStart {
             index: 1,
