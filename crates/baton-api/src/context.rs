@@ -30,7 +30,7 @@ pub async fn request_context(
     next: Next,
 ) -> Response {
     let timer = RequestTimer::start(&request);
-    let timer_start = Instant::now();
+    let started = Instant::now();
     // Ids are always made here: a client-chosen id could collide with a stored run's id.
     let request_id = uuid::Uuid::now_v7().to_string();
     request
@@ -41,8 +41,8 @@ pub async fn request_context(
 
     // The span covers the handler, not the response body: a stream's body is polled a few
     // times a chunk, and entering a span costs the subscriber ~400 instructions each time
-    // (tower-http's `TraceLayer` entered it on every poll: ~50k a streamed request,
-    // `docs/performance.md`, round 30).
+    // (tower-http's `TraceLayer` entered it on every poll: ~62k instructions a streamed
+    // request, `docs/performance.md`, round 30).
     let span = tracing::info_span!(
         "request",
         method = method.as_str(),
@@ -66,7 +66,6 @@ pub async fn request_context(
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(X_REQUEST_ID.clone(), value);
     }
-    let started = timer_start;
     response.map(move |body| {
         Body::new(body.map_err(move |error| {
             // The head is sent, so the client sees a cut connection; the operator sees why.
