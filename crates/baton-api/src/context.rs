@@ -2,7 +2,6 @@
 
 use std::any::Any;
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -30,7 +29,7 @@ pub async fn request_context(
     next: Next,
 ) -> Response {
     let timer = RequestTimer::start(&request);
-    let started = Instant::now();
+    let started = timer.started();
     // Ids are always made here: a client-chosen id could collide with a stored run's id.
     let request_id = uuid::Uuid::now_v7().to_string();
     request

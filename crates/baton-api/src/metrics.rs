@@ -424,6 +424,11 @@ impl RequestTimer {
         }
     }
 
+    /// When the request arrived.
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
     /// Counts the response before the error in its extensions is rendered into a body.
     pub fn finish(self, metrics: &Metrics, response: &Response) {
         let error = response.extensions().get::<ApiError>().map(ApiError::code);

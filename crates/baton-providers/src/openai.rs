@@ -516,13 +516,14 @@ fn text_of(content: &Option<Value>) -> String {
     match content {
         Some(Value::String(text)) => text.clone(),
         // Some compatible servers (Mistral) answer with content parts.
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
+        Some(Value::Array(parts)) => parts.iter().filter_map(part_text).collect(),
         _ => String::new(),
     }
+}
+
+/// The text of one content part (none for a part that is not text).
+fn part_text(part: &Value) -> Option<&str> {
+    part.get("text").and_then(Value::as_str)
 }
 
 pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceResponse {
@@ -721,9 +722,7 @@ impl<'de> Deserialize<'de> for DeltaText {
             fn visit_seq<A: SeqAccess<'de>>(self, mut parts: A) -> Result<DeltaText, A::Error> {
                 let mut text = String::new();
                 while let Some(part) = parts.next_element::<Value>()? {
-                    if let Some(part_text) = part.get("text").and_then(Value::as_str) {
-                        text.push_str(part_text);
-                    }
+                    text.extend(part_text(&part));
                 }
                 Ok(DeltaText(text))
             }

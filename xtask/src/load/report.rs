@@ -188,8 +188,8 @@ fn targets(options: &Options, gateways: &[Value]) -> Vec<Value> {
             },
             Some(g["concurrency"]["mock_headroom_ok"] == true),
         ));
-        // The sweep's last step is past the gateway's capacity on purpose: what it refused
-        // there (503 `OVERLOADED`, load shedding) is the designed answer, not a failure.
+        // The rate that ends the sweep is past the gateway's capacity on purpose: what its
+        // attempts were refused (503 `OVERLOADED`, load shedding) is the designed answer.
         let errors = g["errors"].as_u64().unwrap_or(0);
         let past_capacity = g["sweep"]["errors_past_capacity"].as_u64().unwrap_or(0);
         let failed = errors.saturating_sub(past_capacity);
