@@ -322,3 +322,59 @@ async fn each_threshold_alerts_once_with_a_valid_signature_and_failed_deliveries
     thresholds.sort_unstable();
     assert_eq!(thresholds, [50, 75, 100]);
 }
+
+#[tokio::test]
+async fn an_alert_its_process_never_sent_is_sent_once_by_the_sweep() {
+    let receiver = WebhookReceiver::start(0).await.unwrap();
+    let address = receiver.addr();
+    let (app, _mock) = app_with_mock_and(move |config| {
+        config.outbound_allowed.push(address);
+        // Any alert with no delivery recorded counts as unsent; a sweep a second.
+        config.retention.alert_resend_after_secs = 0;
+        config.retention.alert_sweep_interval_secs = 1;
+    })
+    .await;
+    let key = app.default_tenant.api_key.clone();
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Orphans", "period": "Month", "limitCredits": 1000,
+                   "alertThresholdsPercent": [50], "webhookUrl": receiver.url()}),
+        )
+        .await
+        .json();
+    let id = budget["id"].as_str().unwrap().to_string();
+    // A run whose process wrote its row, and with it the alert, then stopped before sending
+    // it: here the row goes straight to the store, so no process sends it.
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    let mut run = baton_domain::run::RunRecord::pending(
+        "run-of-a-stopped-process".into(),
+        tenant,
+        baton_domain::run::RunKind::Chat,
+        "openai/gpt-4o-mini".into(),
+    );
+    run.status = baton_domain::run::RunStatus::Succeeded;
+    run.cost_credits = 600;
+    run.completed_at = Some(baton_domain::Timestamp::now());
+    let recorded = app.store.write_runs(&[run], &[]).await.unwrap();
+    assert_eq!(recorded.len(), 1, "the 50% threshold, recorded");
+
+    for _ in 0..200 {
+        if !receiver.deliveries().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let deliveries = receiver.deliveries();
+    assert_eq!(deliveries.len(), 1, "the sweep sent it");
+    let body: Value = serde_json::from_slice(&deliveries[0].body).unwrap();
+    assert_eq!(body["type"], "budget.threshold_reached");
+    assert_eq!(body["budgetId"], id.as_str());
+    assert_eq!(body["thresholdPercent"], 50);
+    assert_eq!(body["spentCredits"], 600);
+    assert!(deliveries[0].header("x-baton-signature").is_some());
+    // Recorded as sent: the sweeps after it leave it alone.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(receiver.deliveries().len(), 1, "sent once");
+}

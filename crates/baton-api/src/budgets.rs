@@ -31,6 +31,88 @@ pub fn spawn_alert_delivery(state: AppState, mut alerts: mpsc::UnboundedReceiver
     });
 }
 
+/// When alerts that no process sent are sent (`[alerts]`): an alert is recorded in the log
+/// writer's transaction and sent by the process that wrote it, so one whose process stopped
+/// first would otherwise never be sent.
+#[derive(Debug, Clone, Copy)]
+pub struct AlertResend {
+    /// Age past which an alert with no delivery recorded counts as unsent (its own process
+    /// sends it within [`longest_delivery`] of recording it).
+    pub after: Duration,
+    /// Between sweeps after the one at start-up; `None`: only that one.
+    pub every: Option<Duration>,
+}
+
+/// Alerts leased per query of a sweep.
+const RESEND_BATCH: u64 = 100;
+
+/// The longest one delivery can take: every attempt timing out, and the waits between them.
+/// A sweep's lease on an alert lasts at least this long, so no sweep takes an alert another
+/// is still sending.
+pub fn longest_delivery() -> Duration {
+    let waits: Duration = (0..DELIVERY_ATTEMPTS - 1)
+        .map(|retry| FIRST_RETRY_DELAY * 2u32.pow(retry))
+        .sum();
+    WEBHOOK_TIMEOUT * DELIVERY_ATTEMPTS + waits
+}
+
+/// Sends unsent alerts at start-up, then every `resend.every`, each on its own task (as
+/// [`spawn_alert_delivery`] does). At-least-once: the receiver may see an alert twice (its
+/// process sent it but stopped before recording so); the body's `id` is the same each time.
+pub fn spawn_alert_resend(state: AppState, resend: AlertResend) {
+    tokio::spawn(async move {
+        loop {
+            resend_unsent(&state, resend).await;
+            match resend.every {
+                Some(every) => tokio::time::sleep(every).await,
+                None => return,
+            }
+        }
+    });
+}
+
+async fn resend_unsent(state: &AppState, resend: AlertResend) {
+    let lease = resend.after.max(longest_delivery());
+    loop {
+        let now = chrono::Utc::now();
+        let (Ok(after), Ok(lease)) = (
+            chrono::Duration::from_std(resend.after),
+            chrono::Duration::from_std(lease),
+        ) else {
+            return;
+        };
+        let leased = state
+            .store
+            .lease_unsent_alerts(
+                Timestamp(now - after),
+                Timestamp(now),
+                Timestamp(now + lease),
+                RESEND_BATCH,
+            )
+            .await;
+        match leased {
+            Ok((alerts, seen)) => {
+                if !alerts.is_empty() {
+                    tracing::info!(
+                        alerts = alerts.len(),
+                        "sending budget alerts that no process sent"
+                    );
+                }
+                for alert in alerts {
+                    tokio::spawn(deliver(state.clone(), alert));
+                }
+                if seen < RESEND_BATCH {
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not look for unsent budget alerts");
+                return;
+            }
+        }
+    }
+}
+
 /// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">` under `secret`.
 pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
     // HMAC takes keys of any length: `new_from_slice` cannot fail for it.
@@ -126,6 +208,12 @@ async fn record(state: &AppState, alert: &BudgetAlert, attempts: u32, error: Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lease_outlasts_every_attempt_and_wait_of_a_delivery() {
+        // Five 10 s attempts and waits of 0.5 + 1 + 2 + 4 s.
+        assert_eq!(longest_delivery(), Duration::from_millis(57_500));
+    }
 
     #[test]
     fn signatures_are_hmac_sha256_over_timestamp_and_body() {

@@ -304,6 +304,13 @@ pub struct RetentionConfig {
     /// finished as `RUN_ABANDONED`: room for clock skew between instances and the log writer's
     /// queue.
     pub abandoned_margin_secs: u64,
+    /// Seconds between sweeps sending budget alerts that no process sent (0: only the sweep at
+    /// start-up).
+    pub alert_sweep_interval_secs: u64,
+    /// Age, in seconds, past which an alert with no delivery recorded is sent by the sweep: its
+    /// own process sends it within about a minute of recording it (five attempts), so a
+    /// shorter age may send an alert twice while that process still tries.
+    pub alert_resend_after_secs: u64,
 }
 
 impl Default for RetentionConfig {
@@ -313,11 +320,23 @@ impl Default for RetentionConfig {
             cleanup_batch: 500,
             abandoned_sweep_interval_secs: 300,
             abandoned_margin_secs: 600,
+            alert_sweep_interval_secs: 60,
+            alert_resend_after_secs: 120,
         }
     }
 }
 
 impl Config {
+    /// When budget alerts that no process sent are sent.
+    pub fn alert_resend(&self) -> baton_api::budgets::AlertResend {
+        let retention = &self.retention;
+        baton_api::budgets::AlertResend {
+            after: Duration::from_secs(retention.alert_resend_after_secs),
+            every: (retention.alert_sweep_interval_secs > 0)
+                .then(|| Duration::from_secs(retention.alert_sweep_interval_secs)),
+        }
+    }
+
     /// How long a run may stay `Pending` before the sweep finishes it as abandoned.
     pub fn abandoned_run_age(&self) -> Duration {
         Duration::from_secs(

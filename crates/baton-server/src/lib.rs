@@ -109,6 +109,7 @@ impl Application {
             .await?
             .with_metrics(metrics);
         baton_api::budgets::spawn_alert_delivery(state.clone(), alert_queue);
+        baton_api::budgets::spawn_alert_resend(state.clone(), config.alert_resend());
         if config.retention.cleanup_interval_secs > 0 {
             baton_store::retention::spawn_text_cleanup(
                 store.clone(),

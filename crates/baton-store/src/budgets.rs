@@ -10,7 +10,8 @@ use baton_domain::run::{RunRecord, RunStatus};
 use baton_domain::{TenantId, Timestamp, new_id};
 use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{
-    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder, Set,
+    ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
+    QuerySelect, Set,
 };
 
 use baton_ledger::{budget_window, reached_thresholds};
@@ -19,6 +20,10 @@ use crate::entity::{budget_alerts, budget_charges, budget_windows, budgets};
 use crate::error::{StoreError, on_unique};
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreResult};
+
+/// An alert no sender has finished with: the condition of the partial index
+/// `ix_budget_alerts_unsent_created` (migration m20261129_000001).
+const UNSENT: &str = "\"delivered_at\" IS NULL AND \"attempts\" = 0";
 
 /// An alert threshold reached for the first time in a period: what the webhook is told.
 #[derive(Debug, Clone, PartialEq)]
@@ -399,6 +404,7 @@ impl Store {
                     delivered_at: Set(None),
                     attempts: Set(0),
                     last_error: Set(None),
+                    leased_until: Set(0),
                 })
                 .on_conflict(
                     OnConflict::columns([
@@ -423,6 +429,57 @@ impl Store {
             }
         }
         Ok(alerts)
+    }
+
+    /// Leases alerts nobody has sent: up to `batch` recorded before `recorded_before` whose
+    /// delivery was never finished (no attempt recorded, not delivered) and that no sender
+    /// holds at `now`, oldest first, each held until `lease_until`. An alert is leased by one
+    /// conditional update, so instances sweeping at once never take the same one. Returns the
+    /// alerts leased and how many were looked at (call again while that is `batch`).
+    pub async fn lease_unsent_alerts(
+        &self,
+        recorded_before: Timestamp,
+        now: Timestamp,
+        lease_until: Timestamp,
+        batch: u64,
+    ) -> StoreResult<(Vec<BudgetAlert>, u64)> {
+        let candidates = budget_alerts::Entity::find()
+            // A literal, not bound values: the partial index's condition, which the planners
+            // can only match against a literal.
+            .filter(Expr::cust(UNSENT))
+            .filter(budget_alerts::Column::CreatedAt.lt(to_millis(recorded_before)))
+            .filter(budget_alerts::Column::LeasedUntil.lt(to_millis(now)))
+            .order_by_asc(budget_alerts::Column::CreatedAt)
+            .limit(batch)
+            .all(self.conn())
+            .await?;
+        let seen = candidates.len() as u64;
+        let mut leased = Vec::with_capacity(candidates.len());
+        for alert in candidates {
+            let updated = budget_alerts::Entity::update_many()
+                .col_expr(
+                    budget_alerts::Column::LeasedUntil,
+                    Expr::value(to_millis(lease_until)),
+                )
+                .filter(budget_alerts::Column::BudgetId.eq(alert.budget_id.as_str()))
+                .filter(budget_alerts::Column::WindowStart.eq(alert.window_start))
+                .filter(budget_alerts::Column::Threshold.eq(alert.threshold))
+                // Nobody leased or sent it since it was read.
+                .filter(budget_alerts::Column::LeasedUntil.eq(alert.leased_until))
+                .filter(Expr::cust(UNSENT))
+                .exec(self.conn())
+                .await?;
+            if updated.rows_affected == 1 {
+                leased.push(BudgetAlert {
+                    tenant: TenantId::new(alert.tenant_id),
+                    budget_id: alert.budget_id,
+                    window_start: from_millis(alert.window_start),
+                    threshold_percent: u32::try_from(alert.threshold).unwrap_or(0),
+                    spent_credits: alert.spent_credits,
+                });
+            }
+        }
+        Ok((leased, seen))
     }
 
     /// Records how the delivery of an alert went.

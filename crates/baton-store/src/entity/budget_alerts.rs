@@ -15,6 +15,8 @@ pub struct Model {
     pub delivered_at: Option<i64>,
     pub attempts: i32,
     pub last_error: Option<String>,
+    /// Epoch milliseconds until which a sender holds the alert (0: nobody).
+    pub leased_until: i64,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]

@@ -1,0 +1,159 @@
+//! Budget alerts no process sent: leased to one sender at a time, and only while unsent (SQLite
+//! by default; PostgreSQL with `BATON_TEST_DATABASE_URL=postgres://...`).
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use baton_domain::budget::{Budget, BudgetInput};
+use baton_domain::run::{RunKind, RunRecord, RunStatus};
+use baton_domain::{TenantId, Timestamp};
+use baton_store::Store;
+use baton_store::budgets::BudgetAlert;
+
+mod support;
+use support::database;
+
+const LIMIT: i64 = 1_000_000;
+
+async fn budget(store: &Store, tenant: &TenantId) -> Budget {
+    let input = BudgetInput {
+        name: "all".into(),
+        period: "month".into(),
+        limit_credits: LIMIT,
+        alert_thresholds_percent: Some(vec![50, 80, 100]),
+        webhook_url: Some("https://hooks.example.com/budget".into()),
+        hard_limit: false,
+        customer_id: None,
+        tag: None,
+    };
+    store
+        .create_budget(tenant, &input.validate().unwrap(), "secret")
+        .await
+        .unwrap()
+}
+
+/// Writes a finished run costing `credits`: the alerts it reaches, as the log writer gets them.
+async fn spend(store: &Store, tenant: &TenantId, id: &str, credits: i64) -> Vec<BudgetAlert> {
+    let mut record = RunRecord::pending(
+        id.to_string(),
+        tenant.clone(),
+        RunKind::Chat,
+        "openai/gpt-4o-mini".into(),
+    );
+    record.status = RunStatus::Succeeded;
+    record.cost_credits = credits;
+    record.completed_at = Some(Timestamp::now());
+    store.write_runs(&[record], &[]).await.unwrap()
+}
+
+fn at(offset: Duration, later: bool) -> Timestamp {
+    let offset = chrono::Duration::from_std(offset).unwrap();
+    let now = chrono::Utc::now();
+    Timestamp(if later { now + offset } else { now - offset })
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+/// Leases what is unsent at `now`, counting alerts recorded up to a second from now.
+async fn lease(store: &Store, now: Timestamp) -> Vec<BudgetAlert> {
+    let until = Timestamp(now.0 + chrono::Duration::minutes(2));
+    let recorded_before = at(Duration::from_secs(1), true);
+    store
+        .lease_unsent_alerts(recorded_before, now, until, 100)
+        .await
+        .unwrap()
+        .0
+}
+
+#[tokio::test]
+async fn an_unsent_alert_is_leased_once_and_never_after_it_was_sent_or_gave_up() {
+    let db = database("alert_leases").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let other = store.create_tenant("u").await.unwrap().id;
+    budget(store, &tenant).await;
+    budget(store, &other).await;
+    let reached = spend(store, &tenant, "run-1", LIMIT * 6 / 10).await;
+    assert_eq!(reached.len(), 1, "{reached:?}");
+    assert_eq!(reached[0].threshold_percent, 50);
+
+    // Younger than the age asked for: its own process may still be sending it.
+    let (young, seen) = store
+        .lease_unsent_alerts(at(MINUTE, false), Timestamp::now(), at(MINUTE, true), 100)
+        .await
+        .unwrap();
+    assert_eq!((young.len(), seen), (0, 0));
+
+    // Leased as it was recorded (the tenant's, not another's), then held.
+    assert_eq!(lease(store, Timestamp::now()).await, reached);
+    assert!(lease(store, Timestamp::now()).await.is_empty(), "held");
+    // The lease ran out (the sender stopped too): leased again.
+    let expired = at(Duration::from_secs(180), true);
+    assert_eq!(lease(store, expired).await, reached);
+
+    // Sent: never again, whoever asks.
+    store
+        .record_alert_delivery(&reached[0], 1, None)
+        .await
+        .unwrap();
+    assert!(
+        lease(store, at(Duration::from_secs(600), true))
+            .await
+            .is_empty()
+    );
+
+    // Five failed attempts: it stays failed, not resent.
+    let failed = spend(store, &tenant, "run-2", LIMIT * 3 / 10).await;
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].threshold_percent, 80);
+    store
+        .record_alert_delivery(&failed[0], 5, Some("the webhook answered 500"))
+        .await
+        .unwrap();
+    assert!(
+        lease(store, at(Duration::from_secs(600), true))
+            .await
+            .is_empty()
+    );
+
+    // Another tenant's alert is its own.
+    let theirs = spend(store, &other, "run-3", LIMIT).await;
+    assert_eq!(theirs.len(), 3);
+    let mut leased = lease(store, Timestamp::now()).await;
+    leased.sort_by_key(|a| a.threshold_percent);
+    assert_eq!(leased, theirs);
+    assert!(leased.iter().all(|a| a.tenant == other));
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn concurrent_sweeps_lease_each_alert_once() {
+    let db = database("alert_sweeps").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    budget(store, &tenant).await;
+    assert_eq!(spend(store, &tenant, "run-1", LIMIT).await.len(), 3);
+    let now = Timestamp::now();
+    let until = at(Duration::from_secs(120), true);
+    let before = at(Duration::from_secs(1), true);
+    // Batches of one: the sweeps go on while they see a full batch.
+    let sweep = || async {
+        let mut mine = Vec::new();
+        loop {
+            let (leased, seen) = store
+                .lease_unsent_alerts(before, now, until, 1)
+                .await
+                .unwrap();
+            mine.extend(leased);
+            if seen < 1 {
+                return mine;
+            }
+        }
+    };
+    let (a, b) = tokio::join!(sweep(), sweep());
+    let mut all: Vec<u32> = a.iter().chain(&b).map(|x| x.threshold_percent).collect();
+    all.sort_unstable();
+    assert_eq!(all, [50, 80, 100], "each alert leased by one sweep");
+    db.drop_database().await;
+}
