@@ -16,6 +16,7 @@ enum BudgetAlerts {
     CreatedAt,
     DeliveredAt,
     Attempts,
+    LastError,
 }
 
 const INDEX: &str = "ix_budget_alerts_unsent_created";
@@ -47,6 +48,7 @@ impl MigrationTrait for Migration {
                     .col(BudgetAlerts::CreatedAt)
                     .and_where(Expr::col(BudgetAlerts::DeliveredAt).is_null())
                     .and_where(Expr::col(BudgetAlerts::Attempts).eq(0))
+                    .and_where(Expr::col(BudgetAlerts::LastError).is_null())
                     .take(),
             )
             .await

@@ -140,6 +140,8 @@ async fn deliver(state: AppState, alert: BudgetAlert) {
         Err(_) => return,
     };
     let Some(url) = url.and_then(|u| url::Url::parse(&u).ok()) else {
+        // Nothing to send to: recorded, so no sweep takes the alert up again.
+        record(&state, &alert, 0, Some("the budget has no webhook URL")).await;
         return;
     };
     let (start, end) = baton_ledger::budget_window(budget.period, alert.window_start.0);

@@ -21,9 +21,10 @@ use crate::error::{StoreError, on_unique};
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreResult};
 
-/// An alert no sender has finished with: the condition of the partial index
-/// `ix_budget_alerts_unsent_created` (migration m20261129_000001).
-const UNSENT: &str = "\"delivered_at\" IS NULL AND \"attempts\" = 0";
+/// An alert no sender has finished with (not delivered, no attempt or outcome recorded): the
+/// condition of the partial index `ix_budget_alerts_unsent_created` (migration
+/// m20261129_000001).
+const UNSENT: &str = "\"delivered_at\" IS NULL AND \"attempts\" = 0 AND \"last_error\" IS NULL";
 
 /// An alert threshold reached for the first time in a period: what the webhook is told.
 #[derive(Debug, Clone, PartialEq)]

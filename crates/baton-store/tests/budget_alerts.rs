@@ -117,6 +117,20 @@ async fn an_unsent_alert_is_leased_once_and_never_after_it_was_sent_or_gave_up()
             .is_empty()
     );
 
+    // Nothing to send to (a budget without a webhook): recorded so, not taken up again.
+    let nowhere = spend(store, &tenant, "run-4", LIMIT / 10).await;
+    assert_eq!(nowhere.len(), 1);
+    assert_eq!(nowhere[0].threshold_percent, 100);
+    store
+        .record_alert_delivery(&nowhere[0], 0, Some("the budget has no webhook URL"))
+        .await
+        .unwrap();
+    assert!(
+        lease(store, at(Duration::from_secs(600), true))
+            .await
+            .is_empty()
+    );
+
     // Another tenant's alert is its own.
     let theirs = spend(store, &other, "run-3", LIMIT).await;
     assert_eq!(theirs.len(), 3);
