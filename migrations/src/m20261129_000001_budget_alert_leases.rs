@@ -38,7 +38,7 @@ impl MigrationTrait for Migration {
                     .to_owned(),
             )
             .await?;
-        // The condition the sweep names as a literal (`baton-store`'s `alerts::UNSENT`), so
+        // The condition the sweep names as a literal (`baton-store`'s `budgets::UNSENT`), so
         // both planners can prove it implies this one.
         manager
             .create_index(

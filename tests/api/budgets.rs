@@ -65,6 +65,18 @@ async fn settled(app: &TestApp, id: &str, expected_runs: usize) -> Value {
     panic!("budget {id} never settled");
 }
 
+/// Waits until `receiver` has had `count` deliveries, or `within` has passed (the caller
+/// asserts what arrived).
+async fn wait_for_deliveries(receiver: &WebhookReceiver, count: usize, within: Duration) {
+    let step = Duration::from_millis(50);
+    for _ in 0..within.as_millis() / step.as_millis() {
+        if receiver.deliveries().len() >= count {
+            return;
+        }
+        tokio::time::sleep(step).await;
+    }
+}
+
 #[tokio::test]
 async fn budgets_are_created_listed_replaced_and_deleted() {
     let (app, _mock) = app_with_mock_and(|_| {}).await;
@@ -291,12 +303,7 @@ async fn each_threshold_alerts_once_with_a_valid_signature_and_failed_deliveries
         settled(&app, &id, n).await;
     }
     // Three thresholds, one failed attempt: four deliveries, then nothing more.
-    for _ in 0..100 {
-        if receiver.deliveries().len() >= 4 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_deliveries(&receiver, 4, Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let deliveries = receiver.deliveries();
     assert_eq!(deliveries.len(), 4, "{deliveries:?}");
@@ -360,12 +367,7 @@ async fn an_alert_its_process_never_sent_is_sent_once_by_the_sweep() {
     let recorded = app.store.write_runs(&[run], &[]).await.unwrap();
     assert_eq!(recorded.len(), 1, "the 50% threshold, recorded");
 
-    for _ in 0..200 {
-        if !receiver.deliveries().is_empty() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_deliveries(&receiver, 1, Duration::from_secs(10)).await;
     let deliveries = receiver.deliveries();
     assert_eq!(deliveries.len(), 1, "the sweep sent it");
     let body: Value = serde_json::from_slice(&deliveries[0].body).unwrap();

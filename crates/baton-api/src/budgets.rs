@@ -31,9 +31,9 @@ pub fn spawn_alert_delivery(state: AppState, mut alerts: mpsc::UnboundedReceiver
     });
 }
 
-/// When alerts that no process sent are sent (`[alerts]`): an alert is recorded in the log
-/// writer's transaction and sent by the process that wrote it, so one whose process stopped
-/// first would otherwise never be sent.
+/// When alerts that no process sent are sent (`retention.alert_*`): an alert is recorded in
+/// the log writer's transaction and sent by the process that wrote it, so one whose process
+/// stopped first would otherwise never be sent.
 #[derive(Debug, Clone, Copy)]
 pub struct AlertResend {
     /// Age past which an alert with no delivery recorded counts as unsent (its own process
@@ -72,15 +72,14 @@ pub fn spawn_alert_resend(state: AppState, resend: AlertResend) {
 }
 
 async fn resend_unsent(state: &AppState, resend: AlertResend) {
-    let lease = resend.after.max(longest_delivery());
+    let (Ok(after), Ok(lease)) = (
+        chrono::Duration::from_std(resend.after),
+        chrono::Duration::from_std(resend.after.max(longest_delivery())),
+    ) else {
+        return;
+    };
     loop {
         let now = chrono::Utc::now();
-        let (Ok(after), Ok(lease)) = (
-            chrono::Duration::from_std(resend.after),
-            chrono::Duration::from_std(lease),
-        ) else {
-            return;
-        };
         let leased = state
             .store
             .lease_unsent_alerts(

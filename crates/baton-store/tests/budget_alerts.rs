@@ -66,6 +66,17 @@ async fn lease(store: &Store, now: Timestamp) -> Vec<BudgetAlert> {
         .0
 }
 
+/// Records `alert`'s delivery outcome, then checks no sweep takes it up again, even once every
+/// lease has run out.
+async fn assert_finished(store: &Store, alert: &BudgetAlert, attempts: u32, error: Option<&str>) {
+    store
+        .record_alert_delivery(alert, attempts, error)
+        .await
+        .unwrap();
+    let much_later = at(Duration::from_secs(600), true);
+    assert!(lease(store, much_later).await.is_empty(), "{alert:?}");
+}
+
 #[tokio::test]
 async fn an_unsent_alert_is_leased_once_and_never_after_it_was_sent_or_gave_up() {
     let db = database("alert_leases").await;
@@ -93,43 +104,19 @@ async fn an_unsent_alert_is_leased_once_and_never_after_it_was_sent_or_gave_up()
     assert_eq!(lease(store, expired).await, reached);
 
     // Sent: never again, whoever asks.
-    store
-        .record_alert_delivery(&reached[0], 1, None)
-        .await
-        .unwrap();
-    assert!(
-        lease(store, at(Duration::from_secs(600), true))
-            .await
-            .is_empty()
-    );
+    assert_finished(store, &reached[0], 1, None).await;
 
     // Five failed attempts: it stays failed, not resent.
     let failed = spend(store, &tenant, "run-2", LIMIT * 3 / 10).await;
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].threshold_percent, 80);
-    store
-        .record_alert_delivery(&failed[0], 5, Some("the webhook answered 500"))
-        .await
-        .unwrap();
-    assert!(
-        lease(store, at(Duration::from_secs(600), true))
-            .await
-            .is_empty()
-    );
+    assert_finished(store, &failed[0], 5, Some("the webhook answered 500")).await;
 
     // Nothing to send to (a budget without a webhook): recorded so, not taken up again.
     let nowhere = spend(store, &tenant, "run-4", LIMIT / 10).await;
     assert_eq!(nowhere.len(), 1);
     assert_eq!(nowhere[0].threshold_percent, 100);
-    store
-        .record_alert_delivery(&nowhere[0], 0, Some("the budget has no webhook URL"))
-        .await
-        .unwrap();
-    assert!(
-        lease(store, at(Duration::from_secs(600), true))
-            .await
-            .is_empty()
-    );
+    assert_finished(store, &nowhere[0], 0, Some("the budget has no webhook URL")).await;
 
     // Another tenant's alert is its own.
     let theirs = spend(store, &other, "run-3", LIMIT).await;
