@@ -21,6 +21,7 @@ mod m20261124_000002_packed_event_pages;
 mod m20261127_000001_log_tables_without_tenant_keys;
 mod m20261127_000002_one_row_a_run;
 mod m20261129_000001_budget_alert_leases;
+mod m20261129_000002_budget_alert_retries;
 pub mod packed_pages;
 
 pub struct Migrator;
@@ -43,6 +44,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261127_000001_log_tables_without_tenant_keys::Migration),
             Box::new(m20261127_000002_one_row_a_run::Migration),
             Box::new(m20261129_000001_budget_alert_leases::Migration),
+            Box::new(m20261129_000002_budget_alert_retries::Migration),
         ]
     }
 }

@@ -380,3 +380,48 @@ async fn an_alert_its_process_never_sent_is_sent_once_by_the_sweep() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(receiver.deliveries().len(), 1, "sent once");
 }
+
+#[tokio::test]
+async fn an_alert_whose_round_of_attempts_failed_is_sent_in_a_later_round() {
+    // The receiver is down for a whole round of five attempts, then back.
+    let receiver = WebhookReceiver::start(5).await.unwrap();
+    let address = receiver.addr();
+    let (app, mock) = app_with_mock_and(move |config| {
+        config.outbound_allowed.push(address);
+        // The next round is due as soon as one fails; a sweep a second takes it.
+        config.retention.alert_retry_after_secs = 0;
+        config.retention.alert_sweep_interval_secs = 1;
+    })
+    .await;
+    let key = app.default_tenant.api_key.clone();
+    let per_call = credits_per_call(&app).await;
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Flaky receiver", "period": "Month", "limitCredits": per_call * 2,
+                   "alertThresholdsPercent": [50], "webhookUrl": receiver.url()}),
+        )
+        .await
+        .json();
+    let id = budget["id"].as_str().unwrap().to_string();
+    mock.push(Reply::text("spent").with_usage(1000, 500));
+    assert_eq!(chat(&app, &[]).await.status, 200);
+
+    // A round's waits are 0.5 + 1 + 2 + 4 s; the sweep takes the next within a second.
+    wait_for_deliveries(&receiver, 6, Duration::from_secs(20)).await;
+    let deliveries = receiver.deliveries();
+    assert_eq!(deliveries.len(), 6, "{deliveries:?}");
+    assert!(deliveries[..5].iter().all(|d| d.status == 500));
+    assert_eq!(deliveries[5].status, 200);
+    let first: Value = serde_json::from_slice(&deliveries[0].body).unwrap();
+    let sent: Value = serde_json::from_slice(&deliveries[5].body).unwrap();
+    assert_eq!(sent["budgetId"], id.as_str());
+    assert_eq!(
+        sent["id"], first["id"],
+        "the same alert, for receivers to drop repeats"
+    );
+    // Delivered: the sweeps after it leave it alone.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(receiver.deliveries().len(), 6, "sent once");
+}

@@ -15,25 +15,34 @@ use tokio::sync::mpsc;
 
 use crate::state::AppState;
 
-/// Delivery attempts of one alert, and the first wait between them (doubling).
+/// Delivery attempts of one round, and the first wait between them (doubling).
 const DELIVERY_ATTEMPTS: u32 = 5;
+/// Rounds of an alert in all: the first as it is reached, the rest taken by the sweep
+/// `AlertResend::retry_after` after the one before failed, the wait doubling each time (with
+/// the default 5 minutes, the last round is ~10.6 hours after the first).
+const DELIVERY_ROUNDS: u32 = 8;
 const FIRST_RETRY_DELAY: Duration = Duration::from_millis(500);
 const WEBHOOK_TIMEOUT: Duration = Duration::from_secs(10);
 /// Signature header: `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">`.
 pub const SIGNATURE_HEADER: &str = "X-Baton-Signature";
 
 /// Delivers alerts as the log writer reports them, each on its own task.
-pub fn spawn_alert_delivery(state: AppState, mut alerts: mpsc::UnboundedReceiver<BudgetAlert>) {
+pub fn spawn_alert_delivery(
+    state: AppState,
+    mut alerts: mpsc::UnboundedReceiver<BudgetAlert>,
+    resend: AlertResend,
+) {
     tokio::spawn(async move {
         while let Some(alert) = alerts.recv().await {
-            tokio::spawn(deliver(state.clone(), alert));
+            tokio::spawn(deliver(state.clone(), alert, resend.retry_after));
         }
     });
 }
 
-/// When alerts that no process sent are sent (`retention.alert_*`): an alert is recorded in
-/// the log writer's transaction and sent by the process that wrote it, so one whose process
-/// stopped first would otherwise never be sent.
+/// When alerts are sent again (`retention.alert_*`): an alert is recorded in the log writer's
+/// transaction and sent by the process that wrote it, so one whose process stopped first
+/// would otherwise never be sent; and one whose round of attempts failed (the receiver down)
+/// is worth another round once it may be back.
 #[derive(Debug, Clone, Copy)]
 pub struct AlertResend {
     /// Age past which an alert with no delivery recorded counts as unsent (its own process
@@ -41,6 +50,9 @@ pub struct AlertResend {
     pub after: Duration,
     /// Between sweeps after the one at start-up; `None`: only that one.
     pub every: Option<Duration>,
+    /// Wait after an alert's first failed round before the next (doubling each round); the
+    /// sweep after that time sends it.
+    pub retry_after: Duration,
 }
 
 /// Alerts leased per query of a sweep.
@@ -56,13 +68,15 @@ pub fn longest_delivery() -> Duration {
     WEBHOOK_TIMEOUT * DELIVERY_ATTEMPTS + waits
 }
 
-/// Sends unsent alerts at start-up, then every `resend.every`, each on its own task (as
-/// [`spawn_alert_delivery`] does). At-least-once: the receiver may see an alert twice (its
-/// process sent it but stopped before recording so); the body's `id` is the same each time.
+/// Sends unsent alerts, and alerts whose next round is due, at start-up, then every
+/// `resend.every`, each on its own task (as [`spawn_alert_delivery`] does). At-least-once: the
+/// receiver may see an alert twice (its process sent it but stopped before recording so); the
+/// body's `id` is the same each time.
 pub fn spawn_alert_resend(state: AppState, resend: AlertResend) {
     tokio::spawn(async move {
         loop {
             resend_unsent(&state, resend).await;
+            retry_due(&state, resend).await;
             match resend.every {
                 Some(every) => tokio::time::sleep(every).await,
                 None => return,
@@ -98,7 +112,7 @@ async fn resend_unsent(state: &AppState, resend: AlertResend) {
                     );
                 }
                 for alert in alerts {
-                    tokio::spawn(deliver(state.clone(), alert));
+                    tokio::spawn(deliver(state.clone(), alert, resend.retry_after));
                 }
                 if seen < RESEND_BATCH {
                     return;
@@ -110,6 +124,42 @@ async fn resend_unsent(state: &AppState, resend: AlertResend) {
             }
         }
     }
+}
+
+async fn retry_due(state: &AppState, resend: AlertResend) {
+    let Ok(lease) = chrono::Duration::from_std(longest_delivery()) else {
+        return;
+    };
+    loop {
+        let now = chrono::Utc::now();
+        let leased = state
+            .store
+            .lease_due_alert_retries(Timestamp(now), Timestamp(now + lease), RESEND_BATCH)
+            .await;
+        match leased {
+            Ok((alerts, seen)) => {
+                for alert in alerts {
+                    tokio::spawn(deliver(state.clone(), alert, resend.retry_after));
+                }
+                if seen < RESEND_BATCH {
+                    return;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not look for budget alerts due another round");
+                return;
+            }
+        }
+    }
+}
+
+/// When the round after `round` (1-based) of a failed delivery is due, if there is one.
+fn next_round_at(round: u32, retry_after: Duration) -> Option<Timestamp> {
+    if round >= DELIVERY_ROUNDS {
+        return None;
+    }
+    let wait = chrono::Duration::from_std(retry_after * 2u32.pow(round - 1)).ok()?;
+    chrono::Utc::now().checked_add_signed(wait).map(Timestamp)
 }
 
 /// `t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">` under `secret`.
@@ -128,7 +178,9 @@ pub fn sign(secret: &str, timestamp: i64, body: &[u8]) -> String {
     )
 }
 
-async fn deliver(state: AppState, alert: BudgetAlert) {
+/// One round of attempts to send `alert`; if it fails, the next round is recorded as due
+/// `retry_after` (doubled per earlier round) from now, until [`DELIVERY_ROUNDS`].
+async fn deliver(state: AppState, alert: BudgetAlert, retry_after: Duration) {
     let (budget, url, secret) = match state
         .store
         .budget_webhook(&alert.tenant, &alert.budget_id)
@@ -140,7 +192,15 @@ async fn deliver(state: AppState, alert: BudgetAlert) {
     };
     let Some(url) = url.and_then(|u| url::Url::parse(&u).ok()) else {
         // Nothing to send to: recorded, so no sweep takes the alert up again.
-        record(&state, &alert, 0, Some("the budget has no webhook URL")).await;
+        let attempts = alert.attempts;
+        record(
+            &state,
+            &alert,
+            attempts,
+            Some("the budget has no webhook URL"),
+            None,
+        )
+        .await;
         return;
     };
     let (start, end) = baton_ledger::budget_window(budget.period, alert.window_start.0);
@@ -178,11 +238,12 @@ async fn deliver(state: AppState, alert: BudgetAlert) {
         match sent {
             Ok(()) => {
                 last_error = None;
-                record(&state, &alert, attempt, None).await;
+                record(&state, &alert, alert.attempts + attempt, None, None).await;
                 break;
             }
             Err(error) => {
-                tracing::warn!(budget = %alert.budget_id, attempt, %error, "budget alert not delivered");
+                let made = alert.attempts + attempt;
+                tracing::warn!(budget = %alert.budget_id, attempt = made, %error, "budget alert not delivered");
                 last_error = Some(error);
                 if attempt < DELIVERY_ATTEMPTS {
                     tokio::time::sleep(delay).await;
@@ -192,14 +253,26 @@ async fn deliver(state: AppState, alert: BudgetAlert) {
         }
     }
     if let Some(error) = last_error {
-        record(&state, &alert, DELIVERY_ATTEMPTS, Some(&error)).await;
+        let round = alert.attempts / DELIVERY_ATTEMPTS + 1;
+        let next = next_round_at(round, retry_after);
+        if next.is_none() {
+            tracing::warn!(budget = %alert.budget_id, rounds = round, "budget alert given up");
+        }
+        let attempts = alert.attempts + DELIVERY_ATTEMPTS;
+        record(&state, &alert, attempts, Some(&error), next).await;
     }
 }
 
-async fn record(state: &AppState, alert: &BudgetAlert, attempts: u32, error: Option<&str>) {
+async fn record(
+    state: &AppState,
+    alert: &BudgetAlert,
+    attempts: u32,
+    error: Option<&str>,
+    retry_at: Option<Timestamp>,
+) {
     if let Err(e) = state
         .store
-        .record_alert_delivery(alert, attempts, error)
+        .record_alert_delivery(alert, attempts, error, retry_at)
         .await
     {
         tracing::warn!(error = %e, "could not record a budget alert delivery");
@@ -214,6 +287,20 @@ mod tests {
     fn a_lease_outlasts_every_attempt_and_wait_of_a_delivery() {
         // Five 10 s attempts and waits of 0.5 + 1 + 2 + 4 s.
         assert_eq!(longest_delivery(), Duration::from_millis(57_500));
+    }
+
+    #[test]
+    fn failed_rounds_are_retried_further_apart_until_the_last() {
+        let five_minutes = Duration::from_secs(300);
+        let wait = |round| {
+            next_round_at(round, five_minutes).map(|at| (at.0 - chrono::Utc::now()).num_seconds())
+        };
+        // Seconds of a clock read again: a little under the wait asked for.
+        assert!((298..=300).contains(&wait(1).unwrap()), "{:?}", wait(1));
+        assert!((598..=600).contains(&wait(2).unwrap()), "{:?}", wait(2));
+        let last = 300 * 2i64.pow(DELIVERY_ROUNDS - 2);
+        assert!((last - 2..=last).contains(&wait(DELIVERY_ROUNDS - 1).unwrap()));
+        assert_eq!(wait(DELIVERY_ROUNDS), None, "given up after the last round");
     }
 
     #[test]

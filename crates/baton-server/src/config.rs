@@ -311,6 +311,9 @@ pub struct RetentionConfig {
     /// own process sends it within about a minute of recording it (five attempts), so a
     /// shorter age may send an alert twice while that process still tries.
     pub alert_resend_after_secs: u64,
+    /// Seconds after an alert's round of five attempts failed before the sweep sends it again;
+    /// doubled after each further failed round, for eight rounds in all.
+    pub alert_retry_after_secs: u64,
 }
 
 impl Default for RetentionConfig {
@@ -322,18 +325,20 @@ impl Default for RetentionConfig {
             abandoned_margin_secs: 600,
             alert_sweep_interval_secs: 60,
             alert_resend_after_secs: 120,
+            alert_retry_after_secs: 300,
         }
     }
 }
 
 impl Config {
-    /// When budget alerts that no process sent are sent.
+    /// When budget alerts that no process sent, or whose delivery failed, are sent again.
     pub fn alert_resend(&self) -> baton_api::budgets::AlertResend {
         let retention = &self.retention;
         baton_api::budgets::AlertResend {
             after: Duration::from_secs(retention.alert_resend_after_secs),
             every: (retention.alert_sweep_interval_secs > 0)
                 .then(|| Duration::from_secs(retention.alert_sweep_interval_secs)),
+            retry_after: Duration::from_secs(retention.alert_retry_after_secs),
         }
     }
 

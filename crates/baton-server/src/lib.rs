@@ -108,7 +108,7 @@ impl Application {
         let state = AppState::build(store.clone(), providers, runs.clone(), config.api_config()?)
             .await?
             .with_metrics(metrics);
-        baton_api::budgets::spawn_alert_delivery(state.clone(), alert_queue);
+        baton_api::budgets::spawn_alert_delivery(state.clone(), alert_queue, config.alert_resend());
         baton_api::budgets::spawn_alert_resend(state.clone(), config.alert_resend());
         if config.retention.cleanup_interval_secs > 0 {
             baton_store::retention::spawn_text_cleanup(

@@ -8,7 +8,7 @@ use baton_domain::budget::{Budget, BudgetHold, BudgetPeriod, BudgetWindow, Valid
 use baton_domain::credits::Credits;
 use baton_domain::run::{RunRecord, RunStatus};
 use baton_domain::{TenantId, Timestamp, new_id};
-use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
+use sea_orm::sea_query::{Expr, ExprTrait, OnConflict, SimpleExpr};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, Set,
@@ -34,6 +34,8 @@ pub struct BudgetAlert {
     pub window_start: Timestamp,
     pub threshold_percent: u32,
     pub spent_credits: i64,
+    /// Delivery attempts made before this one (earlier, failed rounds).
+    pub attempts: u32,
 }
 
 fn to_budget(model: budgets::Model) -> StoreResult<Budget> {
@@ -406,6 +408,7 @@ impl Store {
                     attempts: Set(0),
                     last_error: Set(None),
                     leased_until: Set(0),
+                    retry_at: Set(None),
                 })
                 .on_conflict(
                     OnConflict::columns([
@@ -425,6 +428,7 @@ impl Store {
                         window_start: from_millis(start),
                         threshold_percent: threshold,
                         spent_credits: spent,
+                        attempts: 0,
                     });
                 }
             }
@@ -454,6 +458,47 @@ impl Store {
             .limit(batch)
             .all(self.conn())
             .await?;
+        // Still unsent: no sender recorded an outcome since it was read.
+        self.lease(candidates, lease_until, |_| Expr::cust(UNSENT))
+            .await
+    }
+
+    /// Leases alerts whose last delivery round failed and whose next is due at `now`: up to
+    /// `batch`, the longest due first, that no sender holds, each held until `lease_until`
+    /// (one conditional update each, as [`Store::lease_unsent_alerts`]). Returns the alerts
+    /// leased, each with the attempts made so far, and how many were looked at.
+    pub async fn lease_due_alert_retries(
+        &self,
+        now: Timestamp,
+        lease_until: Timestamp,
+        batch: u64,
+    ) -> StoreResult<(Vec<BudgetAlert>, u64)> {
+        let now = to_millis(now);
+        let candidates = budget_alerts::Entity::find()
+            // `retry_at <= now` implies the partial index's `retry_at IS NOT NULL`.
+            .filter(budget_alerts::Column::RetryAt.lte(now))
+            .filter(budget_alerts::Column::LeasedUntil.lt(now))
+            .order_by_asc(budget_alerts::Column::RetryAt)
+            .limit(batch)
+            .all(self.conn())
+            .await?;
+        // Still due: no round was recorded since it was read (each records its attempts).
+        self.lease(candidates, lease_until, |alert| {
+            budget_alerts::Column::Attempts
+                .eq(alert.attempts)
+                .and(budget_alerts::Column::RetryAt.is_not_null())
+        })
+        .await
+    }
+
+    /// Holds each of `candidates` until `lease_until` unless a sender leased it since it was
+    /// read, or it no longer meets `still` (a delivery was recorded): those are left out.
+    async fn lease(
+        &self,
+        candidates: Vec<budget_alerts::Model>,
+        lease_until: Timestamp,
+        still: impl Fn(&budget_alerts::Model) -> SimpleExpr,
+    ) -> StoreResult<(Vec<BudgetAlert>, u64)> {
         let seen = candidates.len() as u64;
         let mut leased = Vec::with_capacity(candidates.len());
         for alert in candidates {
@@ -465,9 +510,8 @@ impl Store {
                 .filter(budget_alerts::Column::BudgetId.eq(alert.budget_id.as_str()))
                 .filter(budget_alerts::Column::WindowStart.eq(alert.window_start))
                 .filter(budget_alerts::Column::Threshold.eq(alert.threshold))
-                // Nobody leased or sent it since it was read.
                 .filter(budget_alerts::Column::LeasedUntil.eq(alert.leased_until))
-                .filter(Expr::cust(UNSENT))
+                .filter(still(&alert))
                 .exec(self.conn())
                 .await?;
             if updated.rows_affected == 1 {
@@ -477,18 +521,21 @@ impl Store {
                     window_start: from_millis(alert.window_start),
                     threshold_percent: u32::try_from(alert.threshold).unwrap_or(0),
                     spent_credits: alert.spent_credits,
+                    attempts: u32::try_from(alert.attempts).unwrap_or(0),
                 });
             }
         }
         Ok((leased, seen))
     }
 
-    /// Records how the delivery of an alert went.
+    /// Records how a delivery round of an alert went: `attempts` made in all (earlier rounds
+    /// included), the last error if it failed, and when the next round is due, if one is.
     pub async fn record_alert_delivery(
         &self,
         alert: &BudgetAlert,
         attempts: u32,
         error: Option<&str>,
+        retry_at: Option<Timestamp>,
     ) -> StoreResult<()> {
         budget_alerts::Entity::update_many()
             .col_expr(
@@ -502,6 +549,10 @@ impl Store {
             .col_expr(
                 budget_alerts::Column::LastError,
                 Expr::value(error.map(str::to_string)),
+            )
+            .col_expr(
+                budget_alerts::Column::RetryAt,
+                Expr::value(retry_at.filter(|_| error.is_some()).map(to_millis)),
             )
             .filter(budget_alerts::Column::TenantId.eq(alert.tenant.as_str()))
             .filter(budget_alerts::Column::BudgetId.eq(alert.budget_id.as_str()))

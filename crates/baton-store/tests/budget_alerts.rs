@@ -1,5 +1,6 @@
-//! Budget alerts no process sent: leased to one sender at a time, and only while unsent (SQLite
-//! by default; PostgreSQL with `BATON_TEST_DATABASE_URL=postgres://...`).
+//! Budget alerts no process sent, or whose delivery round failed: leased to one sender at a
+//! time, and only while unsent or due (SQLite by default; PostgreSQL with
+//! `BATON_TEST_DATABASE_URL=postgres://...`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -66,15 +67,26 @@ async fn lease(store: &Store, now: Timestamp) -> Vec<BudgetAlert> {
         .0
 }
 
+/// Leases what is due another round at `now`.
+async fn retries(store: &Store, now: Timestamp) -> Vec<BudgetAlert> {
+    let until = Timestamp(now.0 + chrono::Duration::minutes(2));
+    store
+        .lease_due_alert_retries(now, until, 100)
+        .await
+        .unwrap()
+        .0
+}
+
 /// Records `alert`'s delivery outcome, then checks no sweep takes it up again, even once every
 /// lease has run out.
 async fn assert_finished(store: &Store, alert: &BudgetAlert, attempts: u32, error: Option<&str>) {
     store
-        .record_alert_delivery(alert, attempts, error)
+        .record_alert_delivery(alert, attempts, error, None)
         .await
         .unwrap();
     let much_later = at(Duration::from_secs(600), true);
     assert!(lease(store, much_later).await.is_empty(), "{alert:?}");
+    assert!(retries(store, much_later).await.is_empty(), "{alert:?}");
 }
 
 #[tokio::test]
@@ -106,7 +118,7 @@ async fn an_unsent_alert_is_leased_once_and_never_after_it_was_sent_or_gave_up()
     // Sent: never again, whoever asks.
     assert_finished(store, &reached[0], 1, None).await;
 
-    // Five failed attempts: it stays failed, not resent.
+    // Five failed attempts and no round left: it stays failed, not resent.
     let failed = spend(store, &tenant, "run-2", LIMIT * 3 / 10).await;
     assert_eq!(failed.len(), 1);
     assert_eq!(failed[0].threshold_percent, 80);
@@ -156,5 +168,63 @@ async fn concurrent_sweeps_lease_each_alert_once() {
     let mut all: Vec<u32> = a.iter().chain(&b).map(|x| x.threshold_percent).collect();
     all.sort_unstable();
     assert_eq!(all, [50, 80, 100], "each alert leased by one sweep");
+    db.drop_database().await;
+}
+
+#[tokio::test]
+async fn a_failed_round_is_leased_again_once_it_is_due_and_never_after_it_was_sent() {
+    let db = database("alert_retries").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    budget(store, &tenant).await;
+    let reached = spend(store, &tenant, "run-1", LIMIT * 6 / 10).await;
+    assert_eq!(reached.len(), 1, "{reached:?}");
+    let alert = &reached[0];
+    assert_eq!(alert.attempts, 0);
+
+    // Its process's round failed; the next is due in five minutes.
+    let due = at(Duration::from_secs(300), true);
+    store
+        .record_alert_delivery(alert, 5, Some("the webhook answered 503"), Some(due))
+        .await
+        .unwrap();
+    assert!(
+        retries(store, Timestamp::now()).await.is_empty(),
+        "not due yet"
+    );
+    assert!(lease(store, due).await.is_empty(), "attempted: not unsent");
+
+    // Due: leased once, with the attempts made so far, and held.
+    let past_due = at(Duration::from_secs(301), true);
+    let leased = retries(store, past_due).await;
+    let expected = BudgetAlert {
+        attempts: 5,
+        ..alert.clone()
+    };
+    assert_eq!(leased, [expected]);
+    assert!(retries(store, past_due).await.is_empty(), "held");
+
+    // That round failed too: due again later, and leased with ten attempts made.
+    let later = at(Duration::from_secs(900), true);
+    store
+        .record_alert_delivery(&leased[0], 10, Some("timed out"), Some(later))
+        .await
+        .unwrap();
+    let past_later = at(Duration::from_secs(1000), true);
+    let again = retries(store, past_later).await;
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].attempts, 10);
+
+    // The third round got through on its first attempt: never again, whoever asks.
+    let much_later = at(Duration::from_secs(3600), true);
+    store
+        .record_alert_delivery(&again[0], 11, None, None)
+        .await
+        .unwrap();
+    assert!(
+        retries(store, much_later).await.is_empty(),
+        "sent: never again"
+    );
+    assert!(lease(store, much_later).await.is_empty());
     db.drop_database().await;
 }

@@ -17,6 +17,8 @@ pub struct Model {
     pub last_error: Option<String>,
     /// Epoch milliseconds until which a sender holds the alert (0: nobody).
     pub leased_until: i64,
+    /// Epoch milliseconds when the next delivery round is due (NULL: none is).
+    pub retry_at: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
