@@ -204,6 +204,8 @@ fn install(root: &Path) -> anyhow::Result<PathBuf> {
             "--locked",
             "--version",
             CARGO_FUZZ_VERSION,
+            // It only runs cargo: unoptimised, it installs in half the time (~25 s on 2 cores).
+            "--debug",
             "--root",
         ])
         .arg(&tools)
