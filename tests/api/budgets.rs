@@ -330,6 +330,20 @@ async fn each_threshold_alerts_once_with_a_valid_signature_and_failed_deliveries
     assert_eq!(thresholds, [50, 75, 100]);
 }
 
+/// Creates a monthly budget of `limit` credits alerting `receiver` at 50%; returns its id.
+async fn half_spent_alerts(app: &TestApp, receiver: &WebhookReceiver, limit: i64) -> String {
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &app.default_tenant.api_key,
+            json!({"name": "Half spent", "period": "Month", "limitCredits": limit,
+                   "alertThresholdsPercent": [50], "webhookUrl": receiver.url()}),
+        )
+        .await
+        .json();
+    budget["id"].as_str().unwrap().to_string()
+}
+
 #[tokio::test]
 async fn an_alert_its_process_never_sent_is_sent_once_by_the_sweep() {
     let receiver = WebhookReceiver::start(0).await.unwrap();
@@ -341,17 +355,7 @@ async fn an_alert_its_process_never_sent_is_sent_once_by_the_sweep() {
         config.retention.alert_sweep_interval_secs = 1;
     })
     .await;
-    let key = app.default_tenant.api_key.clone();
-    let budget = app
-        .post(
-            "/api/v1/budgets",
-            &key,
-            json!({"name": "Orphans", "period": "Month", "limitCredits": 1000,
-                   "alertThresholdsPercent": [50], "webhookUrl": receiver.url()}),
-        )
-        .await
-        .json();
-    let id = budget["id"].as_str().unwrap().to_string();
+    let id = half_spent_alerts(&app, &receiver, 1000).await;
     // A run whose process wrote its row, and with it the alert, then stopped before sending
     // it: here the row goes straight to the store, so no process sends it.
     let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
@@ -393,18 +397,8 @@ async fn an_alert_whose_round_of_attempts_failed_is_sent_in_a_later_round() {
         config.retention.alert_sweep_interval_secs = 1;
     })
     .await;
-    let key = app.default_tenant.api_key.clone();
     let per_call = credits_per_call(&app).await;
-    let budget = app
-        .post(
-            "/api/v1/budgets",
-            &key,
-            json!({"name": "Flaky receiver", "period": "Month", "limitCredits": per_call * 2,
-                   "alertThresholdsPercent": [50], "webhookUrl": receiver.url()}),
-        )
-        .await
-        .json();
-    let id = budget["id"].as_str().unwrap().to_string();
+    let id = half_spent_alerts(&app, &receiver, per_call * 2).await;
     mock.push(Reply::text("spent").with_usage(1000, 500));
     assert_eq!(chat(&app, &[]).await.status, 200);
 

@@ -75,8 +75,8 @@ pub fn longest_delivery() -> Duration {
 pub fn spawn_alert_resend(state: AppState, resend: AlertResend) {
     tokio::spawn(async move {
         loop {
-            resend_unsent(&state, resend).await;
-            retry_due(&state, resend).await;
+            send_leased(&state, resend, Leasing::Unsent).await;
+            send_leased(&state, resend, Leasing::Due).await;
             match resend.every {
                 Some(every) => tokio::time::sleep(every).await,
                 None => return,
@@ -85,31 +85,54 @@ pub fn spawn_alert_resend(state: AppState, resend: AlertResend) {
     });
 }
 
-async fn resend_unsent(state: &AppState, resend: AlertResend) {
+/// Which alerts a sweep leases.
+#[derive(Debug, Clone, Copy)]
+enum Leasing {
+    /// Recorded `AlertResend::after` ago or more with no delivery recorded.
+    Unsent,
+    /// Their last round failed and the next is due.
+    Due,
+}
+
+impl Leasing {
+    fn alerts(self) -> &'static str {
+        match self {
+            Leasing::Unsent => "budget alerts that no process sent",
+            Leasing::Due => "budget alerts due another round",
+        }
+    }
+}
+
+/// Leases batches of `leasing`'s alerts until one comes back short, sending each on its own
+/// task.
+async fn send_leased(state: &AppState, resend: AlertResend, leasing: Leasing) {
     let (Ok(after), Ok(lease)) = (
         chrono::Duration::from_std(resend.after),
         chrono::Duration::from_std(resend.after.max(longest_delivery())),
     ) else {
         return;
     };
+    let store = &state.store;
     loop {
         let now = chrono::Utc::now();
-        let leased = state
-            .store
-            .lease_unsent_alerts(
-                Timestamp(now - after),
-                Timestamp(now),
-                Timestamp(now + lease),
-                RESEND_BATCH,
-            )
-            .await;
+        let until = Timestamp(now + lease);
+        let leased = match leasing {
+            Leasing::Unsent => {
+                let recorded_before = Timestamp(now - after);
+                store
+                    .lease_unsent_alerts(recorded_before, Timestamp(now), until, RESEND_BATCH)
+                    .await
+            }
+            Leasing::Due => {
+                store
+                    .lease_due_alert_retries(Timestamp(now), until, RESEND_BATCH)
+                    .await
+            }
+        };
         match leased {
             Ok((alerts, seen)) => {
                 if !alerts.is_empty() {
-                    tracing::info!(
-                        alerts = alerts.len(),
-                        "sending budget alerts that no process sent"
-                    );
+                    tracing::info!(alerts = alerts.len(), "sending {}", leasing.alerts());
                 }
                 for alert in alerts {
                     tokio::spawn(deliver(state.clone(), alert, resend.retry_after));
@@ -119,34 +142,7 @@ async fn resend_unsent(state: &AppState, resend: AlertResend) {
                 }
             }
             Err(error) => {
-                tracing::warn!(%error, "could not look for unsent budget alerts");
-                return;
-            }
-        }
-    }
-}
-
-async fn retry_due(state: &AppState, resend: AlertResend) {
-    let Ok(lease) = chrono::Duration::from_std(longest_delivery()) else {
-        return;
-    };
-    loop {
-        let now = chrono::Utc::now();
-        let leased = state
-            .store
-            .lease_due_alert_retries(Timestamp(now), Timestamp(now + lease), RESEND_BATCH)
-            .await;
-        match leased {
-            Ok((alerts, seen)) => {
-                for alert in alerts {
-                    tokio::spawn(deliver(state.clone(), alert, resend.retry_after));
-                }
-                if seen < RESEND_BATCH {
-                    return;
-                }
-            }
-            Err(error) => {
-                tracing::warn!(%error, "could not look for budget alerts due another round");
+                tracing::warn!(%error, "could not look for {}", leasing.alerts());
                 return;
             }
         }

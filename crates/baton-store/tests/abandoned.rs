@@ -5,33 +5,20 @@
 
 use std::time::Duration;
 
-use baton_domain::budget::{Budget, BudgetHold, BudgetInput};
+use baton_domain::budget::{Budget, BudgetHold};
 use baton_domain::run::{RunKind, RunRecord, RunStatus};
 use baton_domain::{TenantId, Timestamp};
 use baton_store::Store;
 use baton_store::abandoned::RUN_ABANDONED;
 
 mod support;
-use support::database;
+use support::{database, monthly_budget};
 
 const HOUR: Duration = Duration::from_secs(3600);
 const WINDOW_START_MS: i64 = 1_767_225_600_000;
 
 async fn budget(store: &Store, tenant: &TenantId) -> Budget {
-    let input = BudgetInput {
-        name: "all".into(),
-        period: "month".into(),
-        limit_credits: 1_000_000,
-        alert_thresholds_percent: None,
-        webhook_url: None,
-        hard_limit: true,
-        customer_id: None,
-        tag: None,
-    };
-    store
-        .create_budget(tenant, &input.validate().unwrap(), "secret")
-        .await
-        .unwrap()
+    monthly_budget(store, tenant, 1_000_000, |b| b.hard_limit = true).await
 }
 
 fn hold(budget: &Budget, credits: i64) -> BudgetHold {

@@ -6,32 +6,23 @@
 
 use std::time::Duration;
 
-use baton_domain::budget::{Budget, BudgetInput};
+use baton_domain::budget::Budget;
 use baton_domain::run::{RunKind, RunRecord, RunStatus};
 use baton_domain::{TenantId, Timestamp};
 use baton_store::Store;
 use baton_store::budgets::BudgetAlert;
 
 mod support;
-use support::database;
+use support::{database, monthly_budget};
 
 const LIMIT: i64 = 1_000_000;
 
 async fn budget(store: &Store, tenant: &TenantId) -> Budget {
-    let input = BudgetInput {
-        name: "all".into(),
-        period: "month".into(),
-        limit_credits: LIMIT,
-        alert_thresholds_percent: Some(vec![50, 80, 100]),
-        webhook_url: Some("https://hooks.example.com/budget".into()),
-        hard_limit: false,
-        customer_id: None,
-        tag: None,
-    };
-    store
-        .create_budget(tenant, &input.validate().unwrap(), "secret")
-        .await
-        .unwrap()
+    monthly_budget(store, tenant, LIMIT, |b| {
+        b.alert_thresholds_percent = Some(vec![50, 80, 100]);
+        b.webhook_url = Some("https://hooks.example.com/budget".into());
+    })
+    .await
 }
 
 /// Writes a finished run costing `credits`: the alerts it reaches, as the log writer gets them.

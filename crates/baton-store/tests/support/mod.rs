@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use baton_domain::TenantId;
+use baton_domain::budget::{Budget, BudgetInput};
 use baton_store::{Store, StoreOptions};
 
 /// A database no other test uses, and what removes it.
@@ -93,4 +95,29 @@ impl Db {
         let _ = self.store.close().await;
         self.scratch.remove().await;
     }
+}
+
+/// A monthly budget named "all" of `limit` credits over every request of `tenant`, with no
+/// alerts and no hard limit until `shape` sets them.
+pub async fn monthly_budget(
+    store: &Store,
+    tenant: &TenantId,
+    limit: i64,
+    shape: impl FnOnce(&mut BudgetInput),
+) -> Budget {
+    let mut input = BudgetInput {
+        name: "all".into(),
+        period: "month".into(),
+        limit_credits: limit,
+        alert_thresholds_percent: None,
+        webhook_url: None,
+        hard_limit: false,
+        customer_id: None,
+        tag: None,
+    };
+    shape(&mut input);
+    store
+        .create_budget(tenant, &input.validate().unwrap(), "secret")
+        .await
+        .unwrap()
 }
