@@ -419,3 +419,69 @@ async fn an_alert_whose_round_of_attempts_failed_is_sent_in_a_later_round() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert_eq!(receiver.deliveries().len(), 6, "sent once");
 }
+
+#[tokio::test]
+async fn a_call_holding_budget_leaves_a_row_whose_hold_the_abandoned_run_sweep_gives_back() {
+    let (app, mock) = app_with_mock_and(|_| {}).await;
+    let key = app.default_tenant.api_key.clone();
+    let per_call = credits_per_call(&app).await;
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Capped", "period": "Month", "limitCredits": per_call * 100,
+                   "hardLimit": true}),
+        )
+        .await
+        .json();
+    let id = budget["id"].as_str().unwrap().to_string();
+    mock.push(Reply::Delayed(
+        Duration::from_secs(2),
+        Box::new(Reply::text("slow").with_usage(1000, 500)),
+    ));
+    let reserved = || async {
+        app.get(&format!("/api/v1/budgets/{id}"), &key).await.json()["currentPeriod"]
+            ["reservedCredits"]
+            .as_i64()
+            .unwrap()
+    };
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    // What a process that stops mid-call leaves: its run's row, `Pending`, with the hold.
+    let stopped_mid_call = async {
+        let mut pending = false;
+        for _ in 0..50 {
+            let runs = app.store.list_runs(&tenant).await.unwrap();
+            pending = runs
+                .iter()
+                .any(|r| r.status == baton_domain::run::RunStatus::Pending);
+            if pending {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(pending, "the call's row is written while it runs");
+        assert!(reserved().await > 0, "the call holds credits");
+        // The sweep of any instance, once the run is past the longest a run can live.
+        let finished = app
+            .store
+            .finish_abandoned_runs(Duration::ZERO, 10)
+            .await
+            .unwrap();
+        assert_eq!(finished, 1, "the call's row was there to finish");
+        assert_eq!(reserved().await, 0, "the hold given back");
+    };
+    let (response, ()) = tokio::join!(chat(&app, &[]), stopped_mid_call);
+    // Here the process lived on: its final row replaces the swept one, is charged once and
+    // gives nothing back twice.
+    assert_eq!(response.status, 200, "{}", response.text);
+    for _ in 0..200 {
+        let runs = app.store.list_runs(&tenant).await.unwrap();
+        if runs[0].status == baton_domain::run::RunStatus::Succeeded {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let period = &app.get(&format!("/api/v1/budgets/{id}"), &key).await.json()["currentPeriod"];
+    assert_eq!(period["spentCredits"], per_call);
+    assert_eq!(period["reservedCredits"], 0);
+}

@@ -481,6 +481,8 @@ impl Engine {
                 answered.into_outcome(identity, result.response),
             )));
         }
+        // A tool run queues its `Pending` row itself; a single call only when it holds budget.
+        log.queue_pending_if_holding().await;
 
         let primary = plan.chain.primary().cloned();
         let mut call = CallInfo {

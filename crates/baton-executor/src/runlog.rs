@@ -402,6 +402,20 @@ impl RunLog {
         }
     }
 
+    /// Queues the run as `Pending` now if it holds budget: a process that stops before the run
+    /// finishes (killed, crashed) then leaves a row the abandoned-run sweep finishes, giving
+    /// the holds back; without it they would stay reserved until the budget period ends.
+    /// Only holders pay for the extra row.
+    pub async fn queue_pending_if_holding(&self) {
+        if self
+            .record
+            .as_ref()
+            .is_some_and(|record| !record.budget_holds.is_empty())
+        {
+            self.queue_pending().await;
+        }
+    }
+
     pub fn attach_events(&mut self, events: Vec<StoredEvent>) {
         self.events.extend(events);
     }

@@ -175,6 +175,7 @@ async fn serve_chat(
         record.customer_external_id = customer;
     }
     log.set_request(&inference);
+    log.queue_pending_if_holding().await;
     let created = now_secs();
     let primary = plan.chain.primary().cloned().unwrap_or(ChainModel {
         provider: String::new(),

@@ -256,6 +256,7 @@ async fn serve_inference(
         record.is_debug = body.is_debug;
     }
     log.set_request(&request);
+    log.queue_pending_if_holding().await;
 
     let answer = match answer(
         &state.engine,
