@@ -1109,7 +1109,7 @@ async fn no_secret_is_stored_in_clear() {
 }
 
 /// Images reach every wire format in its own shape: data URLs as base64 with their media type,
-/// https URLs by reference where the format has one.
+/// https URLs by reference where the format has one (Converse has none: the next test).
 #[tokio::test]
 async fn images_reach_each_wire_format_in_its_own_shape() {
     let (app, mock) = app_with_mock().await;
@@ -1174,16 +1174,7 @@ async fn images_reach_each_wire_format_in_its_own_shape() {
         sent["messages"][0]["content"][1],
         json!({"image": {"format": "png", "source": {"bytes": PNG}}})
     );
-    // Converse takes inline images only: a URL is refused before any call.
-    let calls = mock.received().len();
-    app.post(
-        "/api/v1/chat/completions",
-        &key,
-        body("bedrock/amazon.nova-lite-v1:0", https_url),
-    )
-    .await
-    .error(400, "UNSUPPORTED");
-    assert_eq!(mock.received().len(), calls);
+    // Converse takes inline images only: URLs are fetched for it (the next test).
 
     // Something that is neither: refused, naming the field.
     let error = app
@@ -1195,4 +1186,110 @@ async fn images_reach_each_wire_format_in_its_own_shape() {
         .await
         .error(400, "VALIDATION_ERROR");
     assert_eq!(error["param"], "messages[0].content[1].image_url.url");
+}
+
+/// Converse takes images only as bytes: an image URL sent to a Bedrock model is fetched through
+/// the outbound guard and sent inline, typed by its bytes (whatever the server's content-type
+/// says); providers that take URLs still get the URL. One that cannot be fetched, is not an
+/// image, is too large, or is a private address is refused naming the part, before any call.
+#[tokio::test]
+async fn image_urls_are_fetched_and_sent_inline_to_providers_that_take_only_bytes() {
+    use base64::Engine as _;
+    const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(PNG)
+        .unwrap();
+    let mut huge = png.clone();
+    huge.resize(3_750_001, 0);
+    let host = baton_testkit::FileHost::start(&[
+        ("/cat.png", "application/octet-stream", &png),
+        ("/page.html", "text/html", b"<html>not an image</html>"),
+        ("/huge.png", "image/png", &huge),
+    ])
+    .await
+    .unwrap();
+    let address = host.addr();
+    let (app, mock) = app_with_mock_and(move |config| config.outbound_allowed.push(address)).await;
+    let key = app.default_tenant.api_key.clone();
+    let body = |model: &str, url: &str| {
+        json!({"model": model, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "What is this?"},
+            {"type": "image_url", "image_url": {"url": url}}
+        ]}]})
+    };
+    let bedrock = "bedrock/amazon.nova-lite-v1:0";
+
+    mock.push(Reply::text("a cat"));
+    let response = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            body(bedrock, &host.url("/cat.png")),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    assert_eq!(response.json()["choices"][0]["message"]["content"], "a cat");
+    let sent = mock.received().pop().unwrap().body;
+    assert_eq!(
+        sent["messages"][0]["content"][1],
+        json!({"image": {"format": "png", "source": {"bytes": PNG}}})
+    );
+    assert_eq!(host.requests(), 1, "fetched once");
+
+    // Streamed, the same.
+    mock.push(Reply::text("a cat"));
+    let mut streamed = body(bedrock, &host.url("/cat.png"));
+    streamed["stream"] = json!(true);
+    let response = app.post("/api/v1/chat/completions", &key, streamed).await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    assert!(
+        response.text.contains("\"finish_reason\":\"stop\""),
+        "{}",
+        response.text
+    );
+    let sent = mock.received().pop().unwrap().body;
+    assert_eq!(
+        sent["messages"][0]["content"][1],
+        json!({"image": {"format": "png", "source": {"bytes": PNG}}})
+    );
+    assert_eq!(host.requests(), 2);
+
+    // A provider that takes URLs gets the URL; nothing is fetched.
+    mock.push(Reply::text("a cat"));
+    let url = host.url("/cat.png");
+    let response = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            body("openai/gpt-4o-mini", &url),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let sent = mock.received().pop().unwrap().body;
+    assert_eq!(sent["messages"][0]["content"][1]["image_url"]["url"], url);
+    assert_eq!(host.requests(), 2);
+
+    let calls = mock.received().len();
+    for (url, why) in [
+        (
+            host.url("/page.html"),
+            "is not a PNG, JPEG, GIF or WebP image",
+        ),
+        (host.url("/missing.png"), "answered 404"),
+        (host.url("/huge.png"), "larger than 3750000 bytes"),
+        // Loopback, but not the host let through: the guard refuses it unfetched.
+        (
+            "http://127.0.0.1:9/cat.png".to_string(),
+            "could not be fetched",
+        ),
+    ] {
+        let error = app
+            .post("/api/v1/chat/completions", &key, body(bedrock, &url))
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(error["param"], "messages[0].content[1].image_url.url");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains(why), "{url}: {message}");
+    }
+    assert_eq!(mock.received().len(), calls, "no model was called");
 }

@@ -189,6 +189,29 @@ impl Failure {
     }
 }
 
+impl From<ExecutorError> for Failure {
+    /// A failure before any model was called: nothing spent.
+    fn from(error: ExecutorError) -> Self {
+        Failure {
+            error,
+            model: None,
+            spent: Usage::default(),
+        }
+    }
+}
+
+/// Fetches `request`'s image URLs when a provider of the chain takes only inline images.
+async fn inline_images_if_needed(
+    engine: &Engine,
+    plan: &CallPlan,
+    request: &mut InferenceRequest,
+) -> Result<(), Failure> {
+    if crate::images::needs_inlining(request, &plan.chain, &engine.inner.providers) {
+        crate::images::inline_image_urls(&engine.inner.outbound, request).await?;
+    }
+    Ok(())
+}
+
 impl From<ChainFailure> for Failure {
     fn from(failure: ChainFailure) -> Self {
         Failure {
@@ -240,6 +263,7 @@ pub async fn answer(
             cached: true,
         });
     }
+    inline_images_if_needed(engine, plan, request).await?;
     match engine
         .inner
         .router
@@ -297,6 +321,7 @@ pub async fn open_stream(
             cached: true,
         });
     }
+    inline_images_if_needed(engine, plan, request).await?;
     match engine
         .inner
         .router

@@ -97,6 +97,7 @@ pub mod error;
 pub mod events;
 pub mod flow_run;
 pub mod gateway;
+pub mod images;
 pub mod limits;
 pub mod memory;
 pub mod runlog;

@@ -145,6 +145,10 @@ impl Provider for BedrockProvider {
         &self.key
     }
 
+    fn takes_image_urls(&self) -> bool {
+        false
+    }
+
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
         let body = to_wire(&self.key, request)?;
         let builder = self.request(&request.model, &body, false)?;
@@ -339,7 +343,8 @@ fn image_block(provider: &str, source: &ImageSource) -> ProviderResult<Value> {
         }
         ImageSource::Url { .. } => Err(unsupported(
             provider,
-            "image URLs (Converse takes only inline images: send a base64 data URL)",
+            // The engine inlines URLs before a request reaches Converse (`takes_image_urls`).
+            "image URLs (Converse takes only inline images)",
         )),
     }
 }

@@ -15,6 +15,12 @@ pub trait Provider: Send + Sync + 'static {
     /// The provider key clients use (`openai`, `anthropic`, ...).
     fn key(&self) -> &str;
 
+    /// Whether the provider takes images by URL; one that takes only inline bytes is sent
+    /// requests whose image URLs the engine fetched first.
+    fn takes_image_urls(&self) -> bool {
+        true
+    }
+
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse>;
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream>;

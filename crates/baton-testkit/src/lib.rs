@@ -10,6 +10,7 @@
 pub mod bedrock;
 pub mod fast;
 pub mod faults;
+pub mod files;
 pub mod floor;
 pub mod gemini;
 pub mod mcp;
@@ -21,6 +22,7 @@ pub mod webhook;
 
 pub use fast::{FastMock, FastMockOptions};
 pub use faults::{PausableProxy, ResetServer};
+pub use files::FileHost;
 pub use mcp::MockMcpServer;
 pub use mock::{Answer, CitationReply, MockProvider, Received, Reply, ToolCallReply};
 pub use webhook::{Delivery, WebhookReceiver};

@@ -294,6 +294,43 @@ impl GuardedClient {
     ) -> Result<reqwest::Response, ToolError> {
         request.send().await.map_err(classify)
     }
+
+    /// GETs `url` whole: its body up to `limit` bytes and its `content-type`, within
+    /// `timeout`; an answer other than 2xx is an error naming its status.
+    pub async fn fetch(
+        &self,
+        url: &Url,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<Fetched, ToolError> {
+        let request = self.request(reqwest::Method::GET, url)?;
+        let fetched = async {
+            let response = self.send(request).await?;
+            if !response.status().is_success() {
+                return Err(ToolError::Request(format!(
+                    "answered {}",
+                    response.status()
+                )));
+            }
+            let content_type = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned);
+            let body = read_capped(response, limit).await?;
+            Ok(Fetched { content_type, body })
+        };
+        tokio::time::timeout(timeout, fetched)
+            .await
+            .map_err(|_| ToolError::Timeout)?
+    }
+}
+
+/// What [`GuardedClient::fetch`] read.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub content_type: Option<String>,
+    pub body: Bytes,
 }
 
 /// A guard refusal inside reqwest's error chain becomes that refusal again.

@@ -10,5 +10,5 @@ pub mod guard;
 pub mod mcp;
 
 pub use error::ToolError;
-pub use guard::{GuardPolicy, GuardedClient, is_forbidden, read_capped};
+pub use guard::{Fetched, GuardPolicy, GuardedClient, is_forbidden, read_capped};
 pub use mcp::{DiscoveredTool, McpEndpoint};
