@@ -233,6 +233,101 @@ async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
     assert!(results[0]["content"].to_string().contains("(checked)"));
 }
 
+/// A sub-agent whose flow is in Route mode runs the template its classifier picks, as a flow
+/// run would; the classifier's call is a child of the sub-agent's run, and its cost is in the
+/// sub-agent's subtree and the request's total.
+#[tokio::test]
+async fn a_sub_agent_in_route_mode_runs_the_template_its_classifier_picks() {
+    let s = setup().await;
+    let root = s.empty_flow("Front desk").await;
+    let desk = s.empty_flow("Support desk").await;
+    let support = s.agent_tool("support", &desk.0, None).await;
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/flows/{}/versions/{}/templates/billing", desk.0, desk.1),
+        Some(json!({"description": "Invoices, refunds and payments", "template": "You handle billing.",
+                    "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini"})),
+    )
+    .await;
+    s.finish_flow(
+        &desk,
+        json!({"description": "Technical problems", "template": "You fix technical problems.",
+               "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/flows/{}", desk.0),
+        Some(json!({"executionMode": "Route"})),
+    )
+    .await;
+    s.finish_flow(
+        &root,
+        json!({"template": "You triage.", "userTemplate": "[[q]]", "toolIds": [support],
+               "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+
+    s.mock.push(calls(&[(
+        "s1",
+        "support",
+        json!({"input": "I was charged twice"}),
+    )]));
+    s.mock.push(Reply::text("billing"));
+    s.mock.push(Reply::text("Refund issued."));
+    s.mock.push(Reply::text("Your refund is on its way."));
+    let before = s.mock.received().len();
+    let response = s
+        .app
+        .post(
+            &format!("/api/v1/flows/{}/runs", root.0),
+            &s.key,
+            json!({"parameters": {"q": "Help with my invoice"}}),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let run = response.json();
+    assert_eq!(run["output"]["text"], "Your refund is on its way.");
+
+    let received = s.mock.received();
+    let classifier = &received[before + 1].body;
+    let menu = classifier["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        menu.contains("billing: Invoices, refunds and payments"),
+        "{menu}"
+    );
+    assert!(menu.contains("main: Technical problems"), "{menu}");
+    assert_eq!(classifier["messages"][1]["content"], "I was charged twice");
+    assert_eq!(
+        received[before + 2].body["messages"][0]["content"],
+        "You handle billing.",
+        "the sub-agent ran the picked template"
+    );
+
+    // The classifier's call is a child of the sub-agent's run, in the same tree.
+    let root_id = run["id"].as_str().unwrap().to_string();
+    let root_run = wait_for_run(&s.app, &root_id).await;
+    let child_id = root_run.tool_calls[0].child_request_id.clone().unwrap();
+    let child = wait_for_run(&s.app, &child_id).await;
+    let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
+    let runs = s.app.store.list_runs(&tenant).await.unwrap();
+    let classifier_run = runs
+        .iter()
+        .find(|r| r.agent_role.as_deref() == Some("classifier"))
+        .expect("the classifier's call is logged");
+    assert_eq!(classifier_run.parent_id.as_deref(), Some(child_id.as_str()));
+    assert_eq!(classifier_run.root_id, root_id);
+    assert_eq!(classifier_run.depth, 2);
+    // Its cost is in the sub-agent's subtree and the request's total.
+    assert!(classifier_run.cost_credits > 0);
+    let subtree = child.cost_credits + classifier_run.cost_credits;
+    assert_eq!(root_run.tool_calls[0].child_credits_used, Some(subtree));
+    assert_eq!(
+        run["usage"]["totalCreditsUsed"],
+        root_run.cost_credits + subtree
+    );
+}
+
 #[tokio::test]
 async fn depth_limits_and_cycles_fail_the_tool_call_not_the_run() {
     let s = setup().await;

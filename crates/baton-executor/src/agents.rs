@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 
 use crate::dispatch::{AgentOutcome, AgentRunner};
 use crate::engine::Engine;
-use crate::flow_run::parameter_values;
+use crate::flow_run::{Choice, ClassifierParent, parameter_values};
 use crate::gateway::{RequestTimeouts, plan_chain};
 use crate::runlog::{Pricing, RunLog};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
@@ -107,13 +107,31 @@ impl TreeRunner {
             .compiled_version(&self.tenant, &flow.id, &version_id)
             .await
             .map_err(|e| e.to_string())?;
-        let template_name = compiled.version.entrypoint.clone();
+        let values = parameter_values(Some(arguments));
+        let id = uuid::Uuid::now_v7().to_string();
+        let pricing = Pricing::new(engine.providers().catalogue().clone(), &settings);
+        // Route mode picks the template as for a flow run; the classifier's call is a child of
+        // this sub-agent's run.
+        let parent = ClassifierParent {
+            root_id: &self.scope.root_id,
+            run_id: &id,
+            depth,
+            tags: &self.scope.tags,
+            customer: self.scope.customer.as_deref(),
+        };
+        let (template_name, classifier_credits) = match engine
+            .choose_template(&self.tenant, flow, &compiled, &values, parent, &pricing)
+            .await
+            .map_err(|e| format!("the flow '{}' could not pick a template: {e}", flow.name))?
+        {
+            Choice::Entrypoint => (compiled.version.entrypoint.clone(), 0),
+            Choice::Classified { name, credits } => (name, credits),
+        };
         let template = compiled
             .version
             .template(&template_name)
-            .ok_or_else(|| format!("the flow '{}' has no entrypoint template", flow.name))?
+            .ok_or_else(|| format!("the flow '{}' has no '{template_name}' template", flow.name))?
             .clone();
-        let values = parameter_values(Some(arguments));
         let rendered = compiled
             .library
             .render(&template_name, &values)
@@ -193,7 +211,8 @@ impl TreeRunner {
         let mut ancestors = self.scope.ancestors.clone();
         ancestors.push(flow.id.clone());
         Ok(Child {
-            id: uuid::Uuid::now_v7().to_string(),
+            id,
+            classifier_credits,
             flow_id: flow.id.clone(),
             flow_name: flow.name.clone(),
             template_name,
@@ -208,7 +227,7 @@ impl TreeRunner {
                 .unwrap_or(DEFAULT_MAX_TOOL_ITERATIONS),
             depth,
             ancestors,
-            pricing: Pricing::new(engine.providers().catalogue().clone(), &settings),
+            pricing,
             callback_origins: settings.callback_origins.clone(),
         })
     }
@@ -216,6 +235,8 @@ impl TreeRunner {
 
 struct Child {
     id: String,
+    /// What a Route-mode classifier call cost before the child's own calls.
+    classifier_credits: i64,
     flow_id: String,
     flow_name: String,
     template_name: String,
@@ -338,13 +359,14 @@ impl TreeRunner {
         self.events.agent_running(false);
         match outcome {
             Ok(result) => {
+                let tree_credits = result.tree_credits.saturating_add(child.classifier_credits);
                 let spawned = result
                     .tool_calls
                     .iter()
                     .filter(|c| c.child_request_id.is_some())
                     .count();
                 let mut data = json!({"childRequestId": child.id, "agentRole": role, "durationMs": duration_ms(),
-                           "totalCreditsUsed": result.tree_credits, "directCreditsUsed": result.cost.billed.0,
+                           "totalCreditsUsed": tree_credits, "directCreditsUsed": result.cost.billed.0,
                            "inferenceCount": result.inferences, "toolCallCount": result.tool_calls.len(),
                            "childAgentCount": spawned, "status": "completed",
                            "resultPreview": preview(&result.response.text)});
@@ -355,7 +377,7 @@ impl TreeRunner {
                 AgentOutcome {
                     result: Ok(result.response.text),
                     child_request_id: Some(child.id),
-                    child_credits: result.tree_credits,
+                    child_credits: tree_credits,
                 }
             }
             Err(error) => {
@@ -367,7 +389,8 @@ impl TreeRunner {
                 AgentOutcome {
                     result: Err(format!("agent '{role}' failed: {error}")),
                     child_request_id: Some(child.id),
-                    // What the child spent before failing is logged on its run.
+                    // What the child spent before failing is logged on its run (and its
+                    // classifier's on that one).
                     child_credits: 0,
                 }
             }

@@ -236,8 +236,15 @@ impl Engine {
 
         // Route mode: a classifier call picks the template (its own logged, billed child run).
         let mut classifier_credits = 0;
+        let parent = ClassifierParent {
+            root_id: &run_id,
+            run_id: &run_id,
+            depth: 0,
+            tags: &tags,
+            customer: customer.as_deref(),
+        };
         let template_name = match self
-            .choose_template(&tenant, flow, &compiled, &values, &run_id, &pricing)
+            .choose_template(&tenant, flow, &compiled, &values, parent, &pricing)
             .await?
         {
             Choice::Entrypoint => compiled.version.entrypoint.clone(),
@@ -570,14 +577,15 @@ impl Engine {
     }
 
     /// Route mode with at least two described templates asks the classifier model; otherwise
-    /// (and when the classifier's answer names no template) the entrypoint runs.
-    async fn choose_template(
+    /// (and when the classifier's answer names no template) the entrypoint runs. The
+    /// classifier's call is logged as a child run of `parent` (a flow run or a sub-agent).
+    pub(crate) async fn choose_template(
         &self,
         tenant: &TenantId,
         flow: &Flow,
         compiled: &CompiledVersion,
         values: &HashMap<String, String>,
-        run_id: &str,
+        parent: ClassifierParent<'_>,
         pricing: &Pricing,
     ) -> ExecutorResult<Choice> {
         let described: Vec<&Template> = compiled
@@ -653,7 +661,7 @@ impl Engine {
             plan.chain.requested.clone(),
         );
         if let Some(record) = log.record_mut() {
-            link_to_parent(record, run_id);
+            parent.link(record);
             record.flow_name = Some(flow.name.clone());
         }
         let answer = match answer(self, tenant, &plan, &mut request, None, &mut log).await {
@@ -751,18 +759,39 @@ impl Answered {
     }
 }
 
-enum Choice {
+/// Which template a run executes.
+pub(crate) enum Choice {
     Entrypoint,
-    Classified { name: String, credits: i64 },
+    /// The classifier's pick and what its call cost.
+    Classified {
+        name: String,
+        credits: i64,
+    },
 }
 
-/// The classifier's call belongs to the run's tree: same root, the run as parent.
-fn link_to_parent(record: &mut RunRecord, parent: &str) {
-    record.root_id = parent.to_string();
-    record.parent_id = Some(parent.to_string());
-    record.depth = 1;
-    record.agent_role = Some("classifier".to_string());
-    record.created_at = Timestamp::now();
+/// The run a Route-mode classifier call belongs to: a flow run (its own root, depth 0) or a
+/// sub-agent inside a tree. Tags and customer are the run's, so budgets and statistics count
+/// the classifier's cost with it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClassifierParent<'a> {
+    pub root_id: &'a str,
+    pub run_id: &'a str,
+    pub depth: u32,
+    pub tags: &'a [String],
+    pub customer: Option<&'a str>,
+}
+
+impl ClassifierParent<'_> {
+    /// The classifier's call belongs to the parent's tree: same root, the run as parent.
+    fn link(&self, record: &mut RunRecord) {
+        record.root_id = self.root_id.to_string();
+        record.parent_id = Some(self.run_id.to_string());
+        record.depth = self.depth + 1;
+        record.agent_role = Some("classifier".to_string());
+        record.tags = self.tags.to_vec();
+        record.customer_external_id = self.customer.map(str::to_string);
+        record.created_at = Timestamp::now();
+    }
 }
 
 /// The live events of a run with tools, until the run ends or the stream reaches
