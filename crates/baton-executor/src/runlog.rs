@@ -144,9 +144,12 @@ pub struct RunLog {
     pricing: Pricing,
 }
 
+/// The code of a run whose request panicked before it finished (a bug, not the client's doing).
+pub const INTERNAL_ERROR: &str = "INTERNAL_ERROR";
+
 /// A run dropped unfinished (its request future was cancelled: the client left a synchronous
-/// call) is written as failed, from a task since `Drop` cannot wait; what its calls had cost by
-/// then is not known here.
+/// call; or a panic unwound through it) is written as failed, from a task since `Drop` cannot
+/// wait; what its calls had cost by then is not known here.
 impl Drop for RunLog {
     fn drop(&mut self) {
         let Some(mut record) = self.record.take() else {
@@ -156,9 +159,19 @@ impl Drop for RunLog {
             return;
         };
         record.status = RunStatus::Failed;
-        record.error_code = Some(CLIENT_DISCONNECTED.to_string());
-        record.error_message =
-            Some("the client closed the connection before the run finished".to_string());
+        let (code, message) = if std::thread::panicking() {
+            (
+                INTERNAL_ERROR,
+                "the request failed on an internal error (the service's log has it)",
+            )
+        } else {
+            (
+                CLIENT_DISCONNECTED,
+                "the client closed the connection before the run finished",
+            )
+        };
+        record.error_code = Some(code.to_string());
+        record.error_message = Some(message.to_string());
         record.duration_ms = self.elapsed_ms();
         record.completed_at = Some(Timestamp::now());
         let writer = self.writer.clone();
@@ -509,6 +522,48 @@ mod tests {
             assert_eq!(runs[0].request.is_some(), keeps, "keeps: {keeps}");
             assert_eq!(runs[0].response.is_some(), keeps, "keeps: {keeps}");
         }
+    }
+
+    /// A run dropped by a panic is the service's failure, not the client's leaving.
+    #[tokio::test]
+    async fn a_run_dropped_unfinished_says_whether_the_client_left_or_a_panic_unwound() {
+        let catalogue = Arc::new(Catalogue::shipped().unwrap());
+        let sink = Arc::new(Captured {
+            keeps: true,
+            runs: Mutex::new(Vec::new()),
+        });
+        let start = |id: &str| {
+            RunLog::start(
+                sink.clone(),
+                Pricing::new(catalogue.clone(), &TenantSettings::default()),
+                id.into(),
+                TenantId::new("acme"),
+                RunKind::Chat,
+                "openai/gpt-4o-mini".into(),
+            )
+        };
+        drop(start("left"));
+        let log = start("panicked");
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            let _log = log;
+            panic!("a bug in a handler");
+        }));
+        assert!(unwound.is_err());
+        // Written from spawned tasks.
+        for _ in 0..100 {
+            if sink.runs.lock().unwrap().len() == 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let runs = sink.runs.lock().unwrap();
+        let code = |id: &str| {
+            let run = runs.iter().find(|r| r.id == id).unwrap();
+            assert_eq!(run.status, RunStatus::Failed);
+            run.error_code.clone()
+        };
+        assert_eq!(code("left").as_deref(), Some(CLIENT_DISCONNECTED));
+        assert_eq!(code("panicked").as_deref(), Some(INTERNAL_ERROR));
     }
 
     #[test]
