@@ -118,6 +118,7 @@ impl TreeRunner {
             depth,
             tags: &self.scope.tags,
             customer: self.scope.customer.as_deref(),
+            deadline: self.scope.deadline,
         };
         let (template_name, classifier_credits) = match engine
             .choose_template(&self.tenant, flow, &compiled, &values, parent, &pricing)

@@ -242,6 +242,7 @@ impl Engine {
             depth: 0,
             tags: &tags,
             customer: customer.as_deref(),
+            deadline: None,
         };
         let template_name = match self
             .choose_template(&tenant, flow, &compiled, &values, parent, &pricing)
@@ -641,7 +642,7 @@ impl Engine {
             }),
             ..ModelSelection::default()
         };
-        let plan = plan_chain(
+        let mut plan = plan_chain(
             self,
             tenant,
             &settings,
@@ -651,6 +652,9 @@ impl Engine {
             RequestTimeouts::default(),
         )
         .await?;
+        if let Some(deadline) = parent.deadline {
+            plan.deadline = plan.deadline.min(deadline);
+        }
         let child_id = uuid::Uuid::now_v7().to_string();
         let mut log = RunLog::start(
             self.runs().clone(),
@@ -779,6 +783,8 @@ pub(crate) struct ClassifierParent<'a> {
     pub depth: u32,
     pub tags: &'a [String],
     pub customer: Option<&'a str>,
+    /// The tree's deadline, for a sub-agent (a flow run's classifier is its first call).
+    pub deadline: Option<Instant>,
 }
 
 impl ClassifierParent<'_> {
