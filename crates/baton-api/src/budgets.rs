@@ -154,7 +154,7 @@ fn next_round_at(round: u32, retry_after: Duration) -> Option<Timestamp> {
     if round >= DELIVERY_ROUNDS {
         return None;
     }
-    let wait = chrono::Duration::from_std(retry_after * 2u32.pow(round - 1)).ok()?;
+    let wait = chrono::Duration::from_std(retry_after.checked_mul(2u32.pow(round - 1))?).ok()?;
     chrono::Utc::now().checked_add_signed(wait).map(Timestamp)
 }
 
