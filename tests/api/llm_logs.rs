@@ -672,6 +672,118 @@ async fn hierarchy_events_and_stats_of_a_three_level_agent_tree() {
     );
 }
 
+/// Every request stores its lifecycle events, whatever its kind and format (DESIGN.md
+/// "Streams"): synchronous and streamed flow runs (whose `requestStarted` names the flow),
+/// native inference calls, and a failed call's `error` and `requestFailed`.
+#[tokio::test]
+async fn every_kind_of_request_stores_its_lifecycle() {
+    let s = setup().await;
+    let flow = s.empty_flow("Greeter").await;
+    s.finish_flow(
+        &flow,
+        json!({"template": "Greet.", "userTemplate": "[[name]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    let types_of = |id: String| {
+        let s = &s;
+        async move {
+            wait_for_run(&s.app, &id).await;
+            let events = s
+                .ok(Method::GET, &format!("/api/v1/llm-logs/{id}/events"), None)
+                .await;
+            events.as_array().unwrap().clone()
+        }
+    };
+    let completed = [
+        "requestStarted",
+        "agentInferenceStarted",
+        "agentInferenceCompleted",
+        "requestCompleted",
+    ];
+
+    s.mock.push(Reply::text("Hello, Ada."));
+    let run = s
+        .ok(
+            Method::POST,
+            &format!("/api/v1/flows/{}/runs", flow.0),
+            Some(json!({"parameters": {"name": "Ada"}})),
+        )
+        .await;
+    let events = types_of(run["id"].as_str().unwrap().to_string()).await;
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types, completed, "a synchronous flow run");
+    assert_eq!(events[0]["data"]["flowName"], flow.0.as_str());
+    assert_eq!(events[3]["data"]["result"]["textResponse"], "Hello, Ada.");
+
+    s.mock.push(Reply::text("Hello, Bo."));
+    let text = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, flow.0))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true, "parameters": {"name": "Bo"}}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let first: Value = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .unwrap();
+    assert_eq!(first["type"], "requestStarted");
+    assert_eq!(first["data"]["flowName"], flow.0.as_str(), "streamed");
+    let events = types_of(first["requestId"].as_str().unwrap().to_string()).await;
+    assert_eq!(events[0]["data"]["flowName"], flow.0.as_str(), "stored");
+
+    s.mock.push(Reply::text("4"));
+    let inference = s
+        .ok(
+            Method::POST,
+            "/api/v1/inference",
+            Some(json!({"model": "openai/gpt-4o-mini",
+                        "messages": [{"role": "user", "content": "2+2?"}]})),
+        )
+        .await;
+    let events = types_of(inference["id"].as_str().unwrap().to_string()).await;
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(types, completed, "an inference call");
+    assert_eq!(events[0]["data"]["flowName"], Value::Null);
+    assert_eq!(events[2]["data"]["provider"], "openai");
+
+    // A call the provider refuses: the failure is the stored end.
+    s.mock.push(Reply::status(400, "bad request"));
+    let failed = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/flows/{}/runs", flow.0),
+            Some(json!({"parameters": {"name": "Cy"}})),
+        )
+        .await;
+    assert_eq!(failed.status, 400, "{}", failed.text);
+    let id = failed
+        .headers
+        .get("x-request-id")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_string();
+    let events = types_of(id).await;
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "requestStarted",
+            "agentInferenceStarted",
+            "error",
+            "requestFailed"
+        ]
+    );
+    assert_eq!(events[3]["data"]["code"], "PROVIDER_REJECTED");
+}
+
 #[tokio::test]
 async fn log_entries_are_empty_unless_kept_and_come_back_in_order() {
     let app = spawn_app().await;

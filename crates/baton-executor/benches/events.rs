@@ -61,6 +61,7 @@ fn emit(c: &mut Criterion) {
 
     // A stored event with a larger payload.
     let call = CallInfo {
+        flow_name: None,
         provider_key: "openai".into(),
         model: "gpt-4.1-mini".into(),
         requested_model: "openai/gpt-4.1-mini".into(),

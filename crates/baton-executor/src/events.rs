@@ -314,8 +314,10 @@ struct StoredEnvelope<'a, D> {
     data: &'a D,
 }
 
-/// The one model call of a chat or inference request, as its events describe it.
+/// The one model call of a chat, inference or flow request, as its events describe it.
 pub struct CallInfo {
+    /// The flow a flow run runs (`requestStarted.flowName`); `None` for chat and inference.
+    pub flow_name: Option<String>,
     pub provider_key: String,
     pub model: String,
     pub requested_model: String,
@@ -337,7 +339,7 @@ impl CallInfo {
 
     pub fn request_started(&self) -> RequestStarted<'_> {
         RequestStarted {
-            flow_name: None,
+            flow_name: self.flow_name.as_deref(),
             context_id: None,
             model: &self.requested_model,
             has_tools: self.tool_count > 0,
@@ -479,6 +481,35 @@ pub fn data_value<D: Serialize>(data: &D) -> Value {
 }
 
 /// `error` then `requestFailed`, for the log: the end of a request that produced nothing.
+/// The start of a synchronous one-call request's stored lifecycle.
+pub fn record_call_started(events: &mut EventLog, call: &CallInfo) {
+    events.record("requestStarted", call.request_started());
+    events.record("agentInferenceStarted", call.inference_started());
+}
+
+/// The end of a synchronous one-call request's stored lifecycle: completion events, or `error`
+/// and `requestFailed`.
+pub fn record_call_outcome(
+    events: &mut EventLog,
+    call: &CallInfo,
+    outcome: Result<(&InferenceResponse, Credits), &ExecutorError>,
+) {
+    let elapsed = events.elapsed_ms();
+    match outcome {
+        Ok((response, credits)) => {
+            events.record(
+                "agentInferenceCompleted",
+                call.inference_completed(response, credits, elapsed),
+            );
+            events.record(
+                "requestCompleted",
+                request_completed(response, credits, elapsed),
+            );
+        }
+        Err(err) => emit_failure(events, err.code(), &err.to_string()),
+    }
+}
+
 pub fn emit_failure(events: &mut EventLog, code: &str, message: &str) {
     events.record(
         "error",

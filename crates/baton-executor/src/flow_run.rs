@@ -27,7 +27,9 @@ use tracing::Instrument;
 
 use crate::engine::{CompiledVersion, Engine};
 use crate::error::{ExecutorError, ExecutorResult};
-use crate::events::{CallInfo, EventLog, EventOptions, emit_failure};
+use crate::events::{
+    CallInfo, EventLog, EventOptions, emit_failure, record_call_outcome, record_call_started,
+};
 use crate::gateway::{RequestTimeouts, answer, check_rate_limit, open_stream, plan_chain};
 use crate::runlog::{Pricing, RunLog};
 use crate::stream::{EventStream, StreamEnd, envelopes};
@@ -494,6 +496,7 @@ impl Engine {
 
         let primary = plan.chain.primary().cloned();
         let mut call = CallInfo {
+            flow_name: Some(flow.name.clone()),
             provider_key: primary
                 .as_ref()
                 .map(|m| m.provider.clone())
@@ -538,6 +541,9 @@ impl Engine {
             return Ok(Started::Stream(Box::pin(envelopes(stream))));
         }
 
+        // The lifecycle is stored with the run, as for every request (DESIGN.md "Streams").
+        let mut events = self.event_log(run_id.clone());
+        record_call_started(&mut events, &call);
         let answer = match answer(
             self,
             &tenant,
@@ -549,8 +555,13 @@ impl Engine {
         .await
         {
             Ok(answer) => answer,
-            Err(failure) => return Err(failure.log(log).await),
+            Err(failure) => {
+                record_call_outcome(&mut events, &call, Err(&failure.error));
+                log.attach_events(events.take_stored());
+                return Err(failure.log(log).await);
+            }
         };
+        call.served_by(&answer.model, answer.fallback_used, answer.cached);
         let pricing = answer.pricing(pricing);
         let response: InferenceResponse = answer.value;
         let (provider, model) = (answer.model.provider.as_str(), answer.model.model.as_str());
@@ -560,6 +571,8 @@ impl Engine {
             response.model.as_str()
         };
         let cost = pricing.cost(provider, served, model, &response.usage);
+        record_call_outcome(&mut events, &call, Ok((&response, cost.billed)));
+        log.attach_events(events.take_stored());
         log.succeed(provider, model, &response).await;
         let answered = Answered {
             requested: plan.chain.requested,

@@ -6,7 +6,6 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use baton_domain::chat::{InferenceRequest, InferenceResponse, ResponseAccumulator};
-use baton_domain::credits::Credits;
 use baton_domain::customer::validate_external_id;
 use baton_domain::run::{COMPATIBLE_ENVIRONMENT, RunKind};
 use baton_domain::tags::parse_tag_header;
@@ -25,7 +24,7 @@ use crate::compat::request::{ChatCompletionRequest, parse};
 use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
-use crate::events::{CallInfo, EventLog, emit_failure, request_completed};
+use crate::events::{CallInfo, EventLog, emit_failure, record_call_outcome, record_call_started};
 use crate::extract::Json;
 use crate::gateway::{answer, open_stream, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, event_stream};
@@ -182,6 +181,7 @@ async fn serve_chat(
         model: parsed.model.clone(),
     });
     let mut call = CallInfo {
+        flow_name: None,
         provider_key: primary.provider,
         model: primary.model,
         requested_model: parsed.model.clone(),
@@ -194,8 +194,7 @@ async fn serve_chat(
     // The events format emits as it goes; the other formats keep the lifecycle for the log.
     let mut events = state.engine.event_log(request_id.0.clone());
     if event_options.is_none() {
-        events.record("requestStarted", call.request_started());
-        events.record("agentInferenceStarted", call.inference_started());
+        record_call_started(&mut events, &call);
     }
 
     if !parsed.stream {
@@ -211,7 +210,7 @@ async fn serve_chat(
         {
             Ok(answer) => answer,
             Err(failure) => {
-                finish_events(&mut events, &call, Err(&failure.error));
+                record_call_outcome(&mut events, &call, Err(&failure.error));
                 log.attach_events(events.take_stored());
                 return Err(failure.log(log).await.into());
             }
@@ -227,7 +226,7 @@ async fn serve_chat(
                 &response.usage,
             )
             .billed;
-        finish_events(&mut events, &call, Ok((&response, credits)));
+        record_call_outcome(&mut events, &call, Ok((&response, credits)));
         log.attach_events(events.take_stored());
         log.succeed(&call.provider_key, &call.model, &response)
             .await;
@@ -251,7 +250,7 @@ async fn serve_chat(
         Ok(answer) => answer,
         Err(failure) => {
             if event_options.is_none() {
-                finish_events(&mut events, &call, Err(&failure.error));
+                record_call_outcome(&mut events, &call, Err(&failure.error));
             } else {
                 emit_failure(
                     &mut events,
@@ -403,12 +402,12 @@ impl ChunkStream {
             .billed;
         let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
         match outcome {
-            Ok(()) => finish_events(&mut self.events, &self.call, Ok((&partial, credits))),
+            Ok(()) => record_call_outcome(&mut self.events, &self.call, Ok((&partial, credits))),
             Err(err) if produced => {
                 self.events.record("error", serde_json::json!({"code": err.code(), "message": err.to_string(), "agentRole": Value::Null, "recoverable": false}));
-                finish_events(&mut self.events, &self.call, Ok((&partial, credits)));
+                record_call_outcome(&mut self.events, &self.call, Ok((&partial, credits)));
             }
-            Err(err) => finish_events(&mut self.events, &self.call, Err(err)),
+            Err(err) => record_call_outcome(&mut self.events, &self.call, Err(err)),
         }
         log.attach_events(self.events.take_stored());
     }
@@ -537,26 +536,4 @@ fn error_chunk(error: &ExecutorError, request_id: &str) -> Value {
         "code": error.code(), "message": error.to_string(), "type": "api_error",
         "param": Value::Null, "requestId": request_id,
     }})
-}
-
-/// The end of a stored lifecycle: completion events, or `error` + `requestFailed`.
-fn finish_events(
-    events: &mut EventLog,
-    call: &CallInfo,
-    outcome: Result<(&InferenceResponse, Credits), &ExecutorError>,
-) {
-    let elapsed = events.elapsed_ms();
-    match outcome {
-        Ok((response, credits)) => {
-            events.record(
-                "agentInferenceCompleted",
-                call.inference_completed(response, credits, elapsed),
-            );
-            events.record(
-                "requestCompleted",
-                request_completed(response, credits, elapsed),
-            );
-        }
-        Err(err) => emit_failure(events, err.code(), &err.to_string()),
-    }
 }

@@ -17,6 +17,7 @@ use crate::auth::Principal;
 use crate::compat::request::{WireMessage, message};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
+use crate::events::{CallInfo, record_call_outcome, record_call_started};
 use crate::extract::Json;
 use crate::gateway::{RequestTimeouts, answer, plan_call};
 use crate::routes::chat::{capture_level, customer_of, header_tags};
@@ -258,6 +259,21 @@ async fn serve_inference(
     log.set_request(&request);
     log.queue_pending_if_holding().await;
 
+    // The lifecycle is stored with the run, as for every request (DESIGN.md "Streams").
+    let primary = plan.chain.primary();
+    let mut call = CallInfo {
+        flow_name: None,
+        provider_key: primary.map(|m| m.provider.clone()).unwrap_or_default(),
+        model: primary.map(|m| m.model.clone()).unwrap_or_default(),
+        requested_model: body.model.clone(),
+        message_count: request.messages.len(),
+        tool_count: request.tools.len(),
+        inference_id: uuid::Uuid::now_v7().to_string(),
+        was_cached: false,
+        was_fallback: false,
+    };
+    let mut events = state.engine.event_log(request_id.0.clone());
+    record_call_started(&mut events, &call);
     let answer = match answer(
         &state.engine,
         &principal.tenant,
@@ -269,8 +285,13 @@ async fn serve_inference(
     .await
     {
         Ok(answer) => answer,
-        Err(failure) => return Err(failure.log(log).await.into()),
+        Err(failure) => {
+            record_call_outcome(&mut events, &call, Err(&failure.error));
+            log.attach_events(events.take_stored());
+            return Err(failure.log(log).await.into());
+        }
     };
+    call.served_by(&answer.model, answer.fallback_used, answer.cached);
     let pricing = answer.pricing(pricing);
     let response = answer.value;
     let (provider, model) = (&answer.model.provider, &answer.model.model);
@@ -280,6 +301,8 @@ async fn serve_inference(
         response.model.clone()
     };
     let cost = pricing.cost(provider, &served, model, &response.usage);
+    record_call_outcome(&mut events, &call, Ok((&response, cost.billed)));
+    log.attach_events(events.take_stored());
     log.succeed(provider, model, &response).await;
     let json = if request.response_format.is_some() {
         serde_json::from_str(&response.text).ok()
