@@ -768,10 +768,15 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
         child_run.cancelled_at.is_some(),
         "the sub-agent stopped too"
     );
-    // A finished run cannot be cancelled again.
-    s.call(Method::POST, &format!("/api/v1/runs/{run_id}/cancel"), None)
+    // A finished run cannot be cancelled again, and the answer does not invite a retry.
+    let error = s
+        .call(Method::POST, &format!("/api/v1/runs/{run_id}/cancel"), None)
         .await
         .error(409, "CONFLICT");
+    assert_eq!(
+        error["message"],
+        format!("run '{run_id}' has already finished")
+    );
 }
 
 #[tokio::test]

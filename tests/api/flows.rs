@@ -342,6 +342,20 @@ async fn the_flow_lifecycle_pins_prompts_to_environments() {
         .map(|a| a["environment"].as_str().unwrap())
         .collect();
     assert_eq!(environments, ["staging", "production"]);
+    // A flow named twice (by slug and by id) is promoted once.
+    let id = flow["id"].as_str().unwrap();
+    let promoted = api
+        .post(
+            "/api/v1/environments/promote",
+            json!({"sourceEnvironment": "staging", "targetEnvironment": "production",
+                   "flowIds": [slug, id]}),
+        )
+        .await;
+    assert_eq!(promoted.as_array().unwrap().len(), 1, "{promoted}");
+    let history = api
+        .get(&format!("/api/v1/flows/{slug}/versions/{v1}"))
+        .await;
+    assert_eq!(history["activations"].as_array().unwrap().len(), 3);
 
     // Update the flow; soft delete removes it everywhere.
     let updated = api

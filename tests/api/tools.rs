@@ -897,3 +897,73 @@ async fn a_changed_tool_is_seen_by_the_next_run() {
     let paths: Vec<String> = s.host.requests().iter().map(|r| r.path.clone()).collect();
     assert_eq!(paths, ["/first", "/second"]);
 }
+
+/// A streamed run with tools sends heartbeats while nothing else happens (a slow tool call),
+/// at the interval asked for; `include_usage: false` leaves `usageUpdate` off its stream; a
+/// malformed `event_types` pattern is refused naming the item.
+#[tokio::test]
+async fn a_streamed_tool_run_sends_heartbeats_and_honours_its_stream_options() {
+    let s = setup().await;
+    let nap = s
+        .tool(json!({"name": "nap", "toolType": "External",
+                     "webUrl": format!("{}/sleep?ms=1000", s.host.origin())}))
+        .await;
+    let flow = s
+        .flow(
+            "Napper",
+            json!({"template": "t", "toolIds": [nap], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    let stream = |options: Value| {
+        let s = &s;
+        let flow = flow.clone();
+        async move {
+            s.mock.push(calls(&[("n1", "nap", json!({}))]));
+            s.mock.push(Reply::text("rested"));
+            let text = s
+                .app
+                .client
+                .post(format!("{}/api/v1/flows/{flow}/runs", s.app.address))
+                .bearer_auth(&s.key)
+                .json(&json!({"stream": true, "stream_options": options}))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data: "))
+                .filter(|d| *d != "[DONE]")
+                .map(|d| serde_json::from_str::<Value>(d).unwrap())
+                .collect::<Vec<Value>>()
+        }
+    };
+    let count = |events: &[Value], t: &str| events.iter().filter(|e| e["type"] == t).count();
+
+    // The tool sleeps a second; heartbeats every 200 ms fill it.
+    let events = stream(json!({"heartbeat_interval_ms": 200})).await;
+    let beats: Vec<&Value> = events.iter().filter(|e| e["type"] == "heartbeat").collect();
+    assert!(beats.len() >= 2, "{} heartbeats", beats.len());
+    let run_id = events[0]["requestId"].clone();
+    assert!(beats.iter().all(|b| b["requestId"] == run_id));
+    assert!(beats[0]["data"]["elapsedMs"].as_u64().is_some());
+    assert!(count(&events, "usageUpdate") > 0, "usage is on by default");
+    assert_eq!(count(&events, "requestCompleted"), 1);
+
+    let events =
+        stream(json!({"include_usage": false, "event_types": ["usage*", "request*"]})).await;
+    assert_eq!(count(&events, "usageUpdate"), 0, "usage turned off");
+    assert_eq!(count(&events, "heartbeat"), 0, "filtered out");
+    assert_eq!(count(&events, "requestCompleted"), 1);
+
+    let refused = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/flows/{flow}/runs"),
+            Some(json!({"stream": true, "stream_options": {"event_types": ["tool?"]}})),
+        )
+        .await;
+    let error = refused.error(400, "VALIDATION_ERROR");
+    assert_eq!(error["param"], "stream_options.event_types[0]");
+}

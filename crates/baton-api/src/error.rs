@@ -233,7 +233,7 @@ impl From<StoreError> for ApiError {
                 code: "ALREADY_EXISTS",
                 message: err.to_string(),
             },
-            StoreError::Conflict { .. } => Self::Conflict {
+            StoreError::Conflict { .. } | StoreError::RunFinished(_) => Self::Conflict {
                 code: "CONFLICT",
                 message: err.to_string(),
             },

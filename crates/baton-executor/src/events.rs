@@ -52,6 +52,19 @@ impl EventFilter {
         EventFilter { patterns }
     }
 
+    /// Refuses a pattern that is neither an event type (letters and dots: `toolStarted`,
+    /// `tool.started`) nor such a prefix ending in `*`: the message says which.
+    pub fn check_pattern(pattern: &str) -> Result<(), String> {
+        let body = pattern.strip_suffix('*').unwrap_or(pattern);
+        if body.chars().all(|c| c.is_ascii_alphabetic() || c == '.') {
+            Ok(())
+        } else {
+            Err(format!(
+                "'{pattern}' is not an event type or a prefix ending in '*'"
+            ))
+        }
+    }
+
     pub fn allows(&self, event_type: &str) -> bool {
         if self.patterns.is_empty() {
             return true;
@@ -126,10 +139,21 @@ impl EventOptions {
         };
         let types = match options.get("event_types") {
             None | Some(Value::Null) => Vec::new(),
-            Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
-                .iter()
-                .filter_map(|v| v.as_str().map(str::to_string))
-                .collect(),
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
+                let types: Vec<String> = items
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect();
+                for (i, pattern) in types.iter().enumerate() {
+                    EventFilter::check_pattern(pattern.trim()).map_err(|message| {
+                        ExecutorError::validation(
+                            format!("stream_options.event_types[{i}]"),
+                            message,
+                        )
+                    })?;
+                }
+                types
+            }
             Some(_) => {
                 return Err(ExecutorError::validation(
                     "stream_options.event_types",
@@ -521,6 +545,25 @@ pub fn emit_failure(events: &mut EventLog, code: &str, message: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malformed_event_type_patterns_are_refused_naming_the_item() {
+        let parse = |types: Value| {
+            let mut options = Map::new();
+            options.insert("event_types".into(), types);
+            EventOptions::parse(&options)
+        };
+        assert!(parse(json!(["toolStarted", "agent.*", "tool*", " usageUpdate "])).is_ok());
+        for bad in ["tool?", "tool-started", "*tool", "tool**"] {
+            match parse(json!(["toolStarted", bad])) {
+                Err(ExecutorError::Validation { param, message }) => {
+                    assert_eq!(param, "stream_options.event_types[1]");
+                    assert!(message.contains(bad), "{message}");
+                }
+                other => panic!("{bad}: {other:?}"),
+            }
+        }
+    }
 
     fn allows(patterns: &[&str], event: &str) -> bool {
         EventFilter::new(&patterns.iter().map(|p| p.to_string()).collect::<Vec<_>>()).allows(event)

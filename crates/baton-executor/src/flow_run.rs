@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::pin::Pin;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use baton_domain::chat::VendorTool;
 use baton_domain::chat::{InferenceRequest, InferenceResponse, Message, ResponseFormat, Role};
@@ -414,6 +414,13 @@ impl Engine {
                 .stream_options
                 .as_ref()
                 .is_none_or(|options| options.filter.allows("error"));
+            // Sent while nothing else is (a long model or tool call), so idle proxies keep
+            // the stream open; unless the client's filter leaves heartbeats out.
+            let options = body.stream_options.clone().unwrap_or_default();
+            let heartbeat = options
+                .filter
+                .allows("heartbeat")
+                .then_some(options.heartbeat_interval);
             let (sender, receiver) = match live {
                 Some((sender, receiver)) => (Some(sender), Some(receiver)),
                 None => (None, None),
@@ -467,6 +474,7 @@ impl Engine {
                     run_id.clone(),
                     &self.config().limits,
                     shows_errors,
+                    heartbeat,
                 ))));
             }
             let requested = input.plan.chain.requested.clone();
@@ -821,35 +829,60 @@ fn live_envelopes(
     run_id: String,
     limits: &crate::bounds::Limits,
     shows_errors: bool,
+    heartbeat: Option<Duration>,
 ) -> impl futures::Stream<Item = Value> + Send + 'static {
-    let deadline = Some(crate::stream::Deadline::after(
-        limits.max_stream_duration,
-        limits.stream_duration_exceeded(),
-    ));
-    // The run id travels in the state (it names the request of the `error` event).
-    let stream = futures::stream::unfold(
-        (Some(receiver), deadline, run_id),
-        move |(receiver, mut deadline, run_id)| async move {
-            let mut receiver = receiver?;
-            tokio::select! {
-                envelope = receiver.recv() => {
-                    let envelope = envelope?;
-                    Some((Some(envelope), (Some(receiver), deadline, run_id)))
-                }
-                error = crate::stream::past(deadline.as_mut()) => {
-                    // Dropping the receiver: the run's further events go to its log only.
-                    drop(receiver);
-                    let envelope = shows_errors.then(|| {
-                        EventLog::new(run_id.clone()).emit(
-                            "error",
-                            json!({"code": error.code(), "message": error.to_string(),
-                                   "agentRole": Value::Null, "recoverable": false}),
-                        )
-                    });
-                    Some((envelope, (None, None, run_id)))
-                }
+    /// What the stream holds between envelopes.
+    struct Live {
+        /// `None` once the stream has ended (past its deadline).
+        receiver: Option<mpsc::UnboundedReceiver<Value>>,
+        deadline: Option<crate::stream::Deadline>,
+        /// The request the `error` and `heartbeat` envelopes name.
+        run_id: String,
+        heartbeat: Option<tokio::time::Interval>,
+        started: Instant,
+        sent: u64,
+    }
+    let live = Live {
+        receiver: Some(receiver),
+        deadline: Some(crate::stream::Deadline::after(
+            limits.max_stream_duration,
+            limits.stream_duration_exceeded(),
+        )),
+        run_id,
+        heartbeat: heartbeat.map(|every| {
+            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            ticks
+        }),
+        started: Instant::now(),
+        sent: 0,
+    };
+    let stream = futures::stream::unfold(live, move |mut live| async move {
+        let receiver = live.receiver.as_mut()?;
+        let envelope = tokio::select! {
+            envelope = receiver.recv() => Some(envelope?),
+            _ = async { live.heartbeat.as_mut()?.tick().await; Some(()) }, if live.heartbeat.is_some() => {
+                let elapsed = u64::try_from(live.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+                Some(EventLog::new(live.run_id.clone()).emit(
+                    "heartbeat",
+                    json!({"elapsedMs": elapsed, "eventCount": live.sent}),
+                ))
             }
-        },
-    );
+            error = crate::stream::past(live.deadline.as_mut()) => {
+                // Dropping the receiver: the run's further events go to its log only.
+                live.receiver = None;
+                live.deadline = None;
+                shows_errors.then(|| {
+                    EventLog::new(live.run_id.clone()).emit(
+                        "error",
+                        json!({"code": error.code(), "message": error.to_string(),
+                               "agentRole": Value::Null, "recoverable": false}),
+                    )
+                })
+            }
+        };
+        live.sent += u64::from(envelope.is_some());
+        Some((envelope, live))
+    });
     futures::StreamExt::filter_map(stream, futures::future::ready)
 }

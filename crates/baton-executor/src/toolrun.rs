@@ -113,6 +113,8 @@ struct RunEvents {
     live: Option<mpsc::UnboundedSender<Value>>,
     /// Which types the live stream wants (stored events are all kept).
     filter: EventFilter,
+    /// `include_usage: false`: no `usageUpdate` on the live stream.
+    include_usage: bool,
     include_tool_results: bool,
     include_agent_results: bool,
     /// Agents of the tree running now and finished (`usageUpdate`).
@@ -138,15 +140,21 @@ impl SharedEvents {
         live: Option<mpsc::UnboundedSender<Value>>,
         options: Option<EventOptions>,
     ) -> SharedEvents {
-        let (filter, include_tool_results, include_agent_results) = match options {
-            Some(o) => (o.filter, o.include_tool_results, o.include_agent_results),
-            None => (EventFilter::default(), false, false),
+        let (filter, include_usage, include_tool_results, include_agent_results) = match options {
+            Some(o) => (
+                o.filter,
+                o.include_usage,
+                o.include_tool_results,
+                o.include_agent_results,
+            ),
+            None => (EventFilter::default(), true, false, false),
         };
         SharedEvents {
             inner: Arc::new(Mutex::new(RunEvents {
                 log,
                 live,
                 filter,
+                include_usage,
                 include_tool_results,
                 include_agent_results,
                 active_agents: 1,
@@ -175,7 +183,9 @@ impl SharedEvents {
 
     pub fn emit(&self, event_type: &str, data: Value) {
         let mut events = self.lock();
-        let streamed = events.live.is_some() && events.filter.allows(event_type);
+        let streamed = events.live.is_some()
+            && events.filter.allows(event_type)
+            && (events.include_usage || event_type != "usageUpdate");
         if !streamed {
             events
                 .log

@@ -12,6 +12,9 @@ pub enum StoreError {
     /// Another writer changed the row first; the caller may retry.
     #[error("{resource} was changed concurrently; try again")]
     Conflict { resource: &'static str },
+    /// The run is finished: nothing more can be done to it (a retry cannot succeed).
+    #[error("run '{0}' has already finished")]
+    RunFinished(String),
     /// An activated version is read-only: fork it to change it.
     #[error("version '{0}' is activated and read-only: fork it to make changes")]
     VersionActivated(String),

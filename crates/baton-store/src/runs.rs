@@ -353,9 +353,7 @@ impl Store {
     ) -> StoreResult<RunRecord> {
         let run = self.get_run(tenant, id).await?;
         if run.completed_at.is_some() {
-            return Err(StoreError::Conflict {
-                resource: "run (it has already finished)",
-            });
+            return Err(StoreError::RunFinished(run.id));
         }
         if run.cancel_requested_at.is_none() {
             runs::Entity::update_many()

@@ -187,6 +187,13 @@ pub async fn promote_environment(
                         format!("flow '{}' has no version active in '{source}'", flow.name),
                     ));
                 }
+                // Named twice (by id and slug, say): promoted once.
+                if named
+                    .iter()
+                    .any(|f: &baton_domain::flow::Flow| f.id == flow.id)
+                {
+                    continue;
+                }
                 named.push(flow);
             }
             named

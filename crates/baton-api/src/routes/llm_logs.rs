@@ -552,13 +552,8 @@ fn parse_types(pairs: Pairs) -> Result<EventFilter, ApiError> {
             ));
         }
         for pattern in list_values(&value) {
-            let body = pattern.strip_suffix('*').unwrap_or(&pattern);
-            if !body.chars().all(|c| c.is_ascii_alphabetic() || c == '.') {
-                return Err(ApiError::validation(
-                    "types",
-                    format!("'{pattern}' is not an event type or a prefix ending in '*'"),
-                ));
-            }
+            EventFilter::check_pattern(&pattern)
+                .map_err(|message| ApiError::validation("types", message))?;
             patterns.push(pattern);
         }
     }
