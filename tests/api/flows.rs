@@ -668,3 +668,64 @@ async fn export_from_one_tenant_imports_into_another_and_runs_there() {
         .error(400, "VALIDATION_ERROR");
     assert_eq!(error["param"], "flows[0].name");
 }
+
+/// An exported Agent tool names its flow by the exporting tenant's id: importing the document
+/// points it at the imported flow (by slug); importing the tool without its flow, or naming
+/// another tenant's flow, is refused naming the field, and nothing is imported.
+#[tokio::test]
+async fn imported_agent_tools_point_at_imported_flows_never_at_another_tenants() {
+    let (app, _mock) = app_with_mock().await;
+    let a = Api {
+        app: &app,
+        key: app.default_tenant.api_key.clone(),
+    };
+    a.post("/api/v1/environments", json!({"name": "production"}))
+        .await;
+    let slug = activated_flow(
+        &a,
+        "Researcher",
+        json!({"main": {"template": "Research [[input]].", "llm": "openai/gpt-4o-mini"}}),
+    )
+    .await;
+    let flow_id = a.get(&format!("/api/v1/flows/{slug}")).await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    a.post(
+        "/api/v1/tools",
+        json!({"name": "researcher", "toolType": "Agent", "agentTemplateId": flow_id,
+               "description": "Ask the researcher"}),
+    )
+    .await;
+    let document = a.get("/api/v1/export").await;
+    assert_eq!(document["flows"][0]["id"], flow_id.as_str());
+
+    let tenant_b = app.create_tenant("tenant-b").await;
+    let b = Api {
+        app: &app,
+        key: tenant_b.api_key.clone(),
+    };
+    let report = b.post("/api/v1/export/import", document.clone()).await;
+    assert_eq!(report["toolsCreated"], json!(["researcher"]));
+    let tools = b.get("/api/v1/tools").await;
+    assert_eq!(
+        tools[0]["agentTemplateId"],
+        slug.as_str(),
+        "the imported flow"
+    );
+
+    // The tool without its flow: A's flow id means nothing in C.
+    let tenant_c = app.create_tenant("tenant-c").await;
+    let mut tools_only = document;
+    tools_only["flows"] = json!([]);
+    let error = app
+        .post("/api/v1/export/import", &tenant_c.api_key, tools_only)
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(error["param"], "tools[0].agentTemplateId");
+    let c = Api {
+        app: &app,
+        key: tenant_c.api_key.clone(),
+    };
+    assert_eq!(c.get("/api/v1/tools").await, json!([]), "nothing imported");
+}

@@ -371,6 +371,10 @@ pub struct ExportDocument {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ExportedFlow {
+    /// The flow's id in the exporting tenant: an import finds tools' references to it (Agent
+    /// and CritiqueLoop tools) by it and points them at the imported flow. Not kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
     /// The slug; an import skips a flow whose slug the tenant already has.
     pub name: String,
     pub title: String,

@@ -575,6 +575,7 @@ impl Store {
         for flow in flows {
             let versions = Self::load_versions(self.conn(), tenant, &flow.id, None).await?;
             out.push(ExportedFlow {
+                id: Some(flow.id),
                 name: flow.name,
                 title: flow.title,
                 execution_mode: flow.execution_mode,

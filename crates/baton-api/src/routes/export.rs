@@ -7,6 +7,7 @@ use axum::extract::State;
 use baton_domain::Timestamp;
 use baton_domain::flow::{ExportDocument, ImportReport, slugify, validate_title};
 use baton_domain::tool::ToolInput;
+use baton_store::StoreError;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
@@ -90,16 +91,54 @@ pub async fn import(
         }
     }
 
+    // A tool's reference to a flow of the document (by its exporting tenant's id, or by slug)
+    // becomes the slug, which the imported flow keeps; any other must be a flow of this tenant.
+    let document_flows: HashMap<&str, &str> = document
+        .flows
+        .iter()
+        .flat_map(|f| {
+            f.id.as_deref()
+                .into_iter()
+                .chain([f.name.as_str()])
+                .map(|key| (key, f.name.as_str()))
+        })
+        .collect();
     let mut tools = Vec::with_capacity(document.tools.len());
     for (i, raw) in document.tools.iter().enumerate() {
         let input: ToolInput = serde_json::from_value(raw.clone()).map_err(|e| {
             ApiError::validation(format!("tools[{i}]"), format!("not a tool record: {e}"))
         })?;
         let old_id = raw.get("id").and_then(|v| v.as_str()).map(str::to_string);
-        let tool = input.validate().map_err(|e| {
+        let mut tool = input.validate().map_err(|e| {
             let baton_domain::DomainError::Validation { param, message } = e;
             ApiError::validation(format!("tools[{i}].{param}"), message)
         })?;
+        let config = &mut tool.config;
+        for (param, flow) in [
+            ("agentTemplateId", &mut config.agent_template_id),
+            ("producerFlowId", &mut config.producer_flow_id),
+            ("criticFlowId", &mut config.critic_flow_id),
+        ] {
+            let Some(reference) = flow.as_mut() else {
+                continue;
+            };
+            if let Some(slug) = document_flows.get(reference.as_str()) {
+                *reference = (*slug).to_string();
+                continue;
+            }
+            match state.store.get_flow(&principal.tenant, reference).await {
+                Ok(_) => {}
+                Err(StoreError::NotFound { .. }) => {
+                    return Err(ApiError::validation(
+                        format!("tools[{i}].{param}"),
+                        format!(
+                            "{param} names no flow of this document or of this tenant: '{reference}'"
+                        ),
+                    ));
+                }
+                Err(other) => return Err(other.into()),
+            }
+        }
         tools.push((old_id, tool));
     }
 
