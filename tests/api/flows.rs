@@ -149,7 +149,9 @@ async fn the_flow_lifecycle_pins_prompts_to_environments() {
         .iter()
         .find(|p| p["token"] == "tone")
         .unwrap();
-    assert!(!tone["promptTemplate"].is_null(), "{tone}");
+    // The sub-template it includes when no value is given, as an object.
+    assert_eq!(tone["promptTemplate"]["name"], "tone", "{tone}");
+    assert!(tone["promptTemplate"]["template"].is_string(), "{tone}");
 
     // A run needs an active version.
     app.post(

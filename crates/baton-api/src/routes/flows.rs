@@ -8,7 +8,7 @@ use baton_domain::flow::{
     validate_title,
 };
 use baton_template::{Field, Library, Parameter, ParameterSource};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::IntoParams;
 
 use crate::auth::Principal;
@@ -404,7 +404,7 @@ pub async fn flow_parameters(
     principal: Principal,
     PathParam(flow): PathParam,
     Query(query): Query<ParametersQuery>,
-) -> ApiResult<axum::Json<Vec<Parameter>>> {
+) -> ApiResult<axum::Json<Vec<DiscoveredParameter>>> {
     let found = state.store.get_flow(&principal.tenant, &flow).await?;
     let version_id = match query.environment.as_deref() {
         Some(environment) => Some(
@@ -485,5 +485,43 @@ pub async fn flow_parameters(
             }
         }
     }
-    Ok(axum::Json(parameters))
+    let items = parameters
+        .into_iter()
+        .map(|parameter| DiscoveredParameter {
+            prompt_template: parameter
+                .prompt_template
+                .as_deref()
+                .and_then(|name| version.template(name))
+                .map(|template| PromptTemplate {
+                    name: template.name.clone(),
+                    description: template.description.clone(),
+                    template: template.template.clone(),
+                    user_template: template.user_template.clone(),
+                }),
+            token: parameter.token,
+            source: parameter.source,
+        })
+        .collect();
+    Ok(axum::Json(items))
+}
+
+/// A parameter discovery item (SPEC.md "Parameter discovery item").
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiscoveredParameter {
+    token: String,
+    source: ParameterSource,
+    /// The sub-template the token includes when the caller supplies no value for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_template: Option<PromptTemplate>,
+}
+
+/// The sub-template a parameter names: what a run includes in its place.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptTemplate {
+    name: String,
+    description: Option<String>,
+    template: String,
+    user_template: Option<String>,
 }
