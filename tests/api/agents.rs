@@ -203,6 +203,11 @@ async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
     assert_eq!(last["data"]["cumulativeTokensIn"], 5 * 10);
     let end = of("requestCompleted");
     assert_eq!(end[0]["data"]["totalCreditsUsed"], 5 * c);
+    // Like the credits, the whole tree's: five model calls, two tool calls.
+    assert_eq!(end[0]["data"]["totalInferenceCount"], 5);
+    assert_eq!(end[0]["data"]["totalTokensIn"], 5 * 10);
+    assert_eq!(end[0]["data"]["totalTokensOut"], 5 * 5);
+    assert_eq!(end[0]["data"]["totalToolCalls"], 2);
     assert_eq!(end[0]["data"]["totalAgentSpawns"], 2);
     assert_eq!(end[0]["data"]["maxDepthReached"], 2);
     assert_eq!(

@@ -122,6 +122,17 @@ struct RunEvents {
     completed_agents: u32,
     /// Tokens of every model call of the tree so far (`usageUpdate`).
     tree_tokens: (u64, u64),
+    /// Model calls and tool calls of the whole tree so far (`requestCompleted`).
+    tree_inferences: u64,
+    tree_tool_calls: u64,
+}
+
+/// What a whole agent tree did, as `requestCompleted` reports it.
+struct TreeTotals {
+    tokens_in: u64,
+    tokens_out: u64,
+    inferences: u64,
+    tool_calls: u64,
 }
 
 /// The events of a whole agent tree (one log, one stream), as seen by one agent: its envelopes
@@ -160,6 +171,8 @@ impl SharedEvents {
                 active_agents: 1,
                 completed_agents: 0,
                 tree_tokens: (0, 0),
+                tree_inferences: 0,
+                tree_tool_calls: 0,
             })),
             path: Arc::new(Vec::new()),
             depth: 0,
@@ -228,14 +241,27 @@ impl SharedEvents {
 
     /// `(activeAgents, completedAgents)` of the tree.
     /// Adds a model call's tokens to the tree's; returns the tree's `(in, out)` so far.
+    /// Counts one model call of the tree and its tokens; returns the tree's tokens so far.
     pub fn add_tree_tokens(&self, tokens_in: u64, tokens_out: u64) -> (u64, u64) {
         let mut events = self.lock();
+        events.tree_inferences += 1;
         let (total_in, total_out) = events.tree_tokens;
         events.tree_tokens = (
             total_in.saturating_add(tokens_in),
             total_out.saturating_add(tokens_out),
         );
         events.tree_tokens
+    }
+
+    /// The whole tree's totals so far, for `requestCompleted`.
+    fn tree_totals(&self) -> TreeTotals {
+        let events = self.lock();
+        TreeTotals {
+            tokens_in: events.tree_tokens.0,
+            tokens_out: events.tree_tokens.1,
+            inferences: events.tree_inferences,
+            tool_calls: events.tree_tool_calls,
+        }
     }
 
     pub fn agent_counts(&self) -> (u32, u32) {
@@ -274,6 +300,8 @@ impl ToolEvents for SharedEvents {
     }
 
     fn tool_finished(&mut self, record: &ToolCallRecord, output: &str) {
+        // Every call ends here, one refused before it started included.
+        self.lock().tree_tool_calls += 1;
         tracing::debug!(
             tool = %record.tool_name,
             status = %record.status,
@@ -751,14 +779,16 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             if is_root {
                 let total = tree_credits.saturating_add(earlier_credits);
                 let spawns = scope.spawns.load(std::sync::atomic::Ordering::Relaxed);
+                // Like the credits, the whole tree's (SPEC.md: "whole request, all agents").
+                let tree = events.tree_totals();
                 events.emit(
                     "requestCompleted",
                     json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
                            "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
-                           "totalTokensIn": outcome.response.usage.tokens_in,
-                           "totalTokensOut": outcome.response.usage.tokens_out,
-                           "totalInferenceCount": outcome.inferences,
-                           "totalToolCalls": outcome.tool_calls.len(), "totalAgentSpawns": spawns,
+                           "totalTokensIn": tree.tokens_in,
+                           "totalTokensOut": tree.tokens_out,
+                           "totalInferenceCount": tree.inferences,
+                           "totalToolCalls": tree.tool_calls, "totalAgentSpawns": spawns,
                            "maxDepthReached": agents.max_depth_reached(),
                            "result": {"textResponse": outcome.response.text}}),
                 );
@@ -853,12 +883,13 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             };
             if is_root {
                 let total = tree_credits.saturating_add(earlier_credits);
+                let tree = events.tree_totals();
                 events.emit(
                     "requestCompleted",
                     json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
                            "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
-                           "totalTokensIn": usage.tokens_in, "totalTokensOut": usage.tokens_out,
-                           "totalInferenceCount": inferences, "totalToolCalls": tool_calls.len(),
+                           "totalTokensIn": tree.tokens_in, "totalTokensOut": tree.tokens_out,
+                           "totalInferenceCount": tree.inferences, "totalToolCalls": tree.tool_calls,
                            "totalAgentSpawns": scope.spawns.load(std::sync::atomic::Ordering::Relaxed),
                            "maxDepthReached": agents.max_depth_reached(),
                            "result": {"textResponse": response.text}}),
