@@ -345,6 +345,7 @@ impl RunLog {
 
     /// A stream that ended early (client gone or upstream broken): what was produced is kept
     /// and billed, its usage estimated if the provider had reported none.
+    /// Returns the usage the run is billed on (estimated when the provider reported none).
     pub fn finish_partial(
         &mut self,
         provider: &str,
@@ -352,7 +353,7 @@ impl RunLog {
         partial: &InferenceResponse,
         code: &str,
         message: &str,
-    ) {
+    ) -> Usage {
         let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
         // Most providers send usage only at the end of a stream: one cut short (the client
         // left, the upstream broke) would bill nothing for what it streamed. Estimate instead.
@@ -379,6 +380,7 @@ impl RunLog {
                 ..partial.clone()
             }
         });
+        let billed = estimated.as_ref().map_or(partial.usage, |e| e.usage);
         self.settle(
             provider,
             model,
@@ -403,6 +405,7 @@ impl RunLog {
                 });
             }
         }
+        billed
     }
 
     /// Queues the run as `Pending` now, so it can be found (and cancelled) while it runs; the

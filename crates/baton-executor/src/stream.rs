@@ -112,25 +112,31 @@ impl EventStream {
             json!({"code": error.code(), "message": error.to_string(),
                    "agentRole": Value::Null, "recoverable": false}),
         )];
-        let partial = self.accumulator.snapshot();
+        let mut partial = self.accumulator.snapshot();
         let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
         self.phase = Phase::Done;
-        if produced {
-            batch.push(self.request_completed());
-        } else {
-            batch.push(self.emit(
-                "requestFailed",
-                json!({"code": error.code(), "message": error.to_string()}),
-            ));
-        }
-        if let Some(mut log) = self.log.take() {
-            log.finish_partial(
+        let mut log = self.log.take();
+        // What the run is billed on (an estimate when the provider reported no usage) is what
+        // the stream's last events say it cost.
+        if let Some(log) = log.as_mut() {
+            partial.usage = log.finish_partial(
                 &self.call.provider_key,
                 &self.call.model,
                 &partial,
                 error.code(),
                 &error.to_string(),
             );
+        }
+        if produced {
+            batch.push(self.inference_completed(&partial));
+            batch.push(self.request_completed(&partial));
+        } else {
+            batch.push(self.emit(
+                "requestFailed",
+                json!({"code": error.code(), "message": error.to_string()}),
+            ));
+        }
+        if let Some(mut log) = log {
             log.attach_events(self.events.take_stored());
             log.flush().await;
         }
@@ -170,24 +176,22 @@ impl EventStream {
         self.emit("usageUpdate", data)
     }
 
-    fn inference_completed(&mut self) -> Option<Value> {
-        let response = self.accumulator.snapshot();
+    fn inference_completed(&mut self, response: &InferenceResponse) -> Option<Value> {
         let credits = self.cost(&response.usage);
         let duration_ms =
             u64::try_from(self.inference_started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let data = data_value(
             &self
                 .call
-                .inference_completed(&response, credits, duration_ms),
+                .inference_completed(response, credits, duration_ms),
         );
         self.emit("agentInferenceCompleted", data)
     }
 
-    fn request_completed(&mut self) -> Option<Value> {
-        let response = self.accumulator.snapshot();
+    fn request_completed(&mut self, response: &InferenceResponse) -> Option<Value> {
         let credits = self.cost(&response.usage);
         let data = data_value(&request_completed(
-            &response,
+            response,
             credits,
             self.events.elapsed_ms(),
         ));
@@ -277,12 +281,12 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
                                 batch.push(s.emit("error", json!({"code": error.code(), "message": error.to_string(),
                                                                   "agentRole": Value::Null, "recoverable": false})));
                             }
-                            batch.push(s.inference_completed());
+                            batch.push(s.inference_completed(&response));
                             s.phase = Phase::Done;
                             if s.options.include_usage {
                                 batch.push(s.usage_update());
                             }
-                            batch.push(s.request_completed());
+                            batch.push(s.request_completed(&response));
                             if let Some(mut log) = s.log.take() {
                                 log.attach_events(s.events.take_stored());
                                 match invalid {
