@@ -307,6 +307,23 @@ async fn tool_calls_round_trip_sync_and_streamed() {
             "{model}"
         );
     }
+    // The events format delivers the calls too, in the request's result.
+    mock.push(Reply::tool_call("get_weather", json!({"city": "Paris"})));
+    let mut body = chat("openai/gpt-4o-mini", tools.clone());
+    body["stream"] = json!(true);
+    body["stream_options"] = json!({"format": "events"});
+    let streamed = app.post("/api/v1/chat/completions", &key, body).await;
+    let completed = envelopes(&streamed.text)
+        .into_iter()
+        .find(|e| e["type"] == "requestCompleted")
+        .unwrap();
+    let call = &completed["data"]["result"]["toolCalls"][0];
+    assert_eq!(call["name"], "get_weather", "{completed}");
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"city": "Paris"})
+    );
+    assert!(call["id"].is_string());
     // The second turn sends the tool result back in each format.
     mock.push(Reply::text("It is sunny."));
     let second_turn = json!({"model": "anthropic/claude-haiku-4-5", "messages": [

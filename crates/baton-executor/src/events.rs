@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use baton_domain::Timestamp;
-use baton_domain::chat::InferenceResponse;
+use baton_domain::chat::{InferenceResponse, ToolCall};
 use baton_domain::credits::Credits;
 use baton_domain::run::{RawJson, StoredEvent};
 use baton_providers::routing::ChainModel;
@@ -475,6 +475,10 @@ pub struct RequestCompleted<'a> {
 #[serde(rename_all = "camelCase")]
 pub struct TextResult<'a> {
     text_response: &'a str,
+    /// The calls the model asked for, when the caller offered its own tools (a chat request's
+    /// `tools`): what it needs to go on with the conversation.
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tool_calls: &'a [ToolCall],
 }
 
 /// `requestCompleted` of a request made of one model call.
@@ -495,6 +499,7 @@ pub fn request_completed(
         max_depth_reached: 0,
         result: TextResult {
             text_response: &response.text,
+            tool_calls: &response.tool_calls,
         },
     }
 }
