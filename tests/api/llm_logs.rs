@@ -738,6 +738,30 @@ async fn every_kind_of_request_stores_its_lifecycle() {
     let events = types_of(first["requestId"].as_str().unwrap().to_string()).await;
     assert_eq!(events[0]["data"]["flowName"], flow.0.as_str(), "stored");
 
+    // A parameter left unresolved: the streamed requestStarted says so, as a synchronous
+    // response's warnings do.
+    s.mock.push(Reply::text("Hello, you."));
+    let text = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, flow.0))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let first: Value = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .unwrap();
+    let warning = &first["data"]["warnings"][0];
+    assert_eq!(warning["code"], "UNRESOLVED_PARAMETER", "{first}");
+    assert_eq!(warning["parameter"], "name");
+
     s.mock.push(Reply::text("4"));
     let inference = s
         .ok(

@@ -899,8 +899,9 @@ async fn a_changed_tool_is_seen_by_the_next_run() {
 }
 
 /// A streamed run with tools sends heartbeats while nothing else happens (a slow tool call),
-/// at the interval asked for; `include_usage: false` leaves `usageUpdate` off its stream; a
-/// malformed `event_types` pattern is refused naming the item.
+/// at the interval asked for, and its unresolved parameters in `requestStarted`;
+/// `include_usage: false` leaves `usageUpdate` off its stream; a malformed `event_types`
+/// pattern is refused naming the item.
 #[tokio::test]
 async fn a_streamed_tool_run_sends_heartbeats_and_honours_its_stream_options() {
     let s = setup().await;
@@ -911,7 +912,7 @@ async fn a_streamed_tool_run_sends_heartbeats_and_honours_its_stream_options() {
     let flow = s
         .flow(
             "Napper",
-            json!({"template": "t", "toolIds": [nap], "llm": "openai/gpt-4o-mini"}),
+            json!({"template": "t [[mood]]", "toolIds": [nap], "llm": "openai/gpt-4o-mini"}),
         )
         .await;
     let stream = |options: Value| {
@@ -946,6 +947,8 @@ async fn a_streamed_tool_run_sends_heartbeats_and_honours_its_stream_options() {
     let beats: Vec<&Value> = events.iter().filter(|e| e["type"] == "heartbeat").collect();
     assert!(beats.len() >= 2, "{} heartbeats", beats.len());
     let run_id = events[0]["requestId"].clone();
+    // The parameter left unresolved is reported at the start, as a synchronous run would.
+    assert_eq!(events[0]["data"]["warnings"][0]["parameter"], "mood");
     assert!(beats.iter().all(|b| b["requestId"] == run_id));
     assert!(beats[0]["data"]["elapsedMs"].as_u64().is_some());
     assert!(count(&events, "usageUpdate") > 0, "usage is on by default");

@@ -62,6 +62,7 @@ fn emit(c: &mut Criterion) {
     // A stored event with a larger payload.
     let call = CallInfo {
         flow_name: None,
+        warnings: Vec::new(),
         provider_key: "openai".into(),
         model: "gpt-4.1-mini".into(),
         requested_model: "openai/gpt-4.1-mini".into(),

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use baton_domain::Timestamp;
 use baton_domain::chat::{InferenceResponse, ToolCall};
 use baton_domain::credits::Credits;
-use baton_domain::run::{RawJson, StoredEvent};
+use baton_domain::run::{RawJson, RunWarning, StoredEvent};
 use baton_providers::routing::ChainModel;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -342,6 +342,9 @@ struct StoredEnvelope<'a, D> {
 pub struct CallInfo {
     /// The flow a flow run runs (`requestStarted.flowName`); `None` for chat and inference.
     pub flow_name: Option<String>,
+    /// A flow run's warnings known at its start (unresolved parameters): `requestStarted`
+    /// carries them, so a streaming client learns of them as the synchronous response says.
+    pub warnings: Vec<RunWarning>,
     pub provider_key: String,
     pub model: String,
     pub requested_model: String,
@@ -363,6 +366,7 @@ impl CallInfo {
 
     pub fn request_started(&self) -> RequestStarted<'_> {
         RequestStarted {
+            warnings: &self.warnings,
             flow_name: self.flow_name.as_deref(),
             context_id: None,
             model: &self.requested_model,
@@ -415,6 +419,8 @@ impl CallInfo {
 #[serde(rename_all = "camelCase")]
 pub struct RequestStarted<'a> {
     flow_name: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    warnings: &'a [RunWarning],
     context_id: Option<&'a str>,
     model: &'a str,
     has_tools: bool,

@@ -505,6 +505,7 @@ impl Engine {
         let primary = plan.chain.primary().cloned();
         let mut call = CallInfo {
             flow_name: Some(flow.name.clone()),
+            warnings: warnings.clone(),
             provider_key: primary
                 .as_ref()
                 .map(|m| m.provider.clone())

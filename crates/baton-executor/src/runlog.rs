@@ -432,6 +432,13 @@ impl RunLog {
         }
     }
 
+    /// The warnings recorded on the run so far (`None` once it is finished).
+    pub fn warnings(&self) -> Option<&[RunWarning]> {
+        self.record
+            .as_ref()
+            .map(|record| record.warnings.as_slice())
+    }
+
     pub fn attach_events(&mut self, events: Vec<StoredEvent>) {
         self.events.extend(events);
     }

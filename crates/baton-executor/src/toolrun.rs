@@ -687,12 +687,14 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
     // A sub-agent's start and end are `agentStarted`/`agentCompleted`, sent by its parent.
     let is_root = scope.depth == 0;
     if is_root {
-        events.emit(
-            "requestStarted",
-            json!({"flowName": flow_name, "contextId": Value::Null, "model": plan.chain.requested,
-                   "hasTools": !tools.is_empty(),
-                   "toolCount": tools.definitions().len() + tools.vendor_tools().len()}),
-        );
+        let mut data = json!({"flowName": flow_name, "contextId": Value::Null, "model": plan.chain.requested,
+                              "hasTools": !tools.is_empty(),
+                              "toolCount": tools.definitions().len() + tools.vendor_tools().len()});
+        // Unresolved parameters, as the synchronous response reports them.
+        if let Some(warnings) = log.warnings().filter(|w| !w.is_empty()) {
+            data["warnings"] = json!(warnings);
+        }
+        events.emit("requestStarted", data);
     }
     // Sub-agents answer the context tools (the root has none).
     let agent_context = (!is_root).then(|| AgentContext {

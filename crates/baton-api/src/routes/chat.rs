@@ -182,6 +182,7 @@ async fn serve_chat(
     });
     let mut call = CallInfo {
         flow_name: None,
+        warnings: Vec::new(),
         provider_key: primary.provider,
         model: primary.model,
         requested_model: parsed.model.clone(),

@@ -263,6 +263,7 @@ async fn serve_inference(
     let primary = plan.chain.primary();
     let mut call = CallInfo {
         flow_name: None,
+        warnings: Vec::new(),
         provider_key: primary.map(|m| m.provider.clone()).unwrap_or_default(),
         model: primary.map(|m| m.model.clone()).unwrap_or_default(),
         requested_model: body.model.clone(),
