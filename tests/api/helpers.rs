@@ -279,6 +279,20 @@ impl TestApp {
             .await
     }
 
+    /// POSTs `body` to `path` and reads the SSE answer into its JSON `data:` payloads
+    /// (`[DONE]` left out).
+    pub async fn post_events(&self, path: &str, token: &str, body: Value) -> Vec<Value> {
+        let response = self.post(path, token, body).await;
+        assert_eq!(response.status, 200, "{}", response.text);
+        response
+            .text
+            .lines()
+            .filter_map(|line| line.strip_prefix("data: "))
+            .filter(|data| *data != "[DONE]")
+            .map(|data| serde_json::from_str(data).unwrap())
+            .collect()
+    }
+
     pub async fn put(&self, path: &str, token: &str, body: Value) -> Response {
         self.request(Method::PUT, path, Some(token), Some(body))
             .await

@@ -715,24 +715,17 @@ async fn every_kind_of_request_stores_its_lifecycle() {
     assert_eq!(events[0]["data"]["flowName"], flow.0.as_str());
     assert_eq!(events[3]["data"]["result"]["textResponse"], "Hello, Ada.");
 
+    let runs = format!("/api/v1/flows/{}/runs", flow.0);
     s.mock.push(Reply::text("Hello, Bo."));
-    let text = s
+    let streamed = s
         .app
-        .client
-        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, flow.0))
-        .bearer_auth(&s.key)
-        .json(&json!({"stream": true, "parameters": {"name": "Bo"}}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let first: Value = text
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .map(|d| serde_json::from_str(d).unwrap())
-        .unwrap();
+        .post_events(
+            &runs,
+            &s.key,
+            json!({"stream": true, "parameters": {"name": "Bo"}}),
+        )
+        .await;
+    let first = &streamed[0];
     assert_eq!(first["type"], "requestStarted");
     assert_eq!(first["data"]["flowName"], flow.0.as_str(), "streamed");
     let events = types_of(first["requestId"].as_str().unwrap().to_string()).await;
@@ -741,23 +734,11 @@ async fn every_kind_of_request_stores_its_lifecycle() {
     // A parameter left unresolved: the streamed requestStarted says so, as a synchronous
     // response's warnings do.
     s.mock.push(Reply::text("Hello, you."));
-    let text = s
+    let streamed = s
         .app
-        .client
-        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, flow.0))
-        .bearer_auth(&s.key)
-        .json(&json!({"stream": true}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let first: Value = text
-        .lines()
-        .find_map(|l| l.strip_prefix("data: "))
-        .map(|d| serde_json::from_str(d).unwrap())
-        .unwrap();
+        .post_events(&runs, &s.key, json!({"stream": true}))
+        .await;
+    let first = &streamed[0];
     let warning = &first["data"]["warnings"][0];
     assert_eq!(warning["code"], "UNRESOLVED_PARAMETER", "{first}");
     assert_eq!(warning["parameter"], "name");

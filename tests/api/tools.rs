@@ -915,29 +915,14 @@ async fn a_streamed_tool_run_sends_heartbeats_and_honours_its_stream_options() {
             json!({"template": "t [[mood]]", "toolIds": [nap], "llm": "openai/gpt-4o-mini"}),
         )
         .await;
+    let runs = format!("/api/v1/flows/{flow}/runs");
     let stream = |options: Value| {
-        let s = &s;
-        let flow = flow.clone();
+        let (s, runs) = (&s, &runs);
         async move {
             s.mock.push(calls(&[("n1", "nap", json!({}))]));
             s.mock.push(Reply::text("rested"));
-            let text = s
-                .app
-                .client
-                .post(format!("{}/api/v1/flows/{flow}/runs", s.app.address))
-                .bearer_auth(&s.key)
-                .json(&json!({"stream": true, "stream_options": options}))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            text.lines()
-                .filter_map(|l| l.strip_prefix("data: "))
-                .filter(|d| *d != "[DONE]")
-                .map(|d| serde_json::from_str::<Value>(d).unwrap())
-                .collect::<Vec<Value>>()
+            let body = json!({"stream": true, "stream_options": options});
+            s.app.post_events(runs, &s.key, body).await
         }
     };
     let count = |events: &[Value], t: &str| events.iter().filter(|e| e["type"] == t).count();
