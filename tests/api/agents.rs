@@ -333,6 +333,59 @@ async fn a_sub_agent_in_route_mode_runs_the_template_its_classifier_picks() {
     );
 }
 
+/// A Route-mode classifier's call is part of the request: it counts against
+/// `maxCostPerRequestCredits` before the tool loop's first call.
+#[tokio::test]
+async fn a_route_classifier_counts_against_the_cost_ceiling() {
+    let s = setup().await;
+    let echo = s
+        .tool(json!({"name": "echo", "toolType": "External",
+                     "webUrl": format!("{}/echo", s.host.origin())}))
+        .await;
+    let desk = s.empty_flow("Triage").await;
+    s.ok(
+        Method::PUT,
+        &format!(
+            "/api/v1/flows/{}/versions/{}/templates/billing",
+            desk.0, desk.1
+        ),
+        Some(
+            json!({"description": "Invoices", "template": "You handle billing.",
+                    "toolIds": [echo], "llm": "openai/gpt-4o-mini"}),
+        ),
+    )
+    .await;
+    s.finish_flow(
+        &desk,
+        json!({"description": "Technical problems", "template": "You fix things.",
+               "toolIds": [echo], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/flows/{}", desk.0),
+        Some(json!({"executionMode": "Route", "classifierModel": "openai/gpt-4o-mini"})),
+    )
+    .await;
+    s.mock.push(Reply::text("billing"));
+    s.mock.push(Reply::text("never asked"));
+    let before = s.mock.received().len();
+    // The smallest ceiling: the classifier's call alone reaches it.
+    s.app
+        .post(
+            &format!("/api/v1/flows/{}/runs", desk.0),
+            &s.key,
+            json!({"maxCostPerRequestCredits": 1}),
+        )
+        .await
+        .error(402, "COST_LIMIT_EXCEEDED");
+    assert_eq!(
+        s.mock.received().len(),
+        before + 1,
+        "only the classifier was called"
+    );
+}
+
 #[tokio::test]
 async fn depth_limits_and_cycles_fail_the_tool_call_not_the_run() {
     let s = setup().await;

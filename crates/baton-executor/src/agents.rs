@@ -128,6 +128,8 @@ impl TreeRunner {
             Choice::Entrypoint => (compiled.version.entrypoint.clone(), 0),
             Choice::Classified { name, credits } => (name, credits),
         };
+        // In the tree's tally, so the request's cost ceiling counts it.
+        self.scope.charge(classifier_credits);
         let template = compiled
             .version
             .template(&template_name)

@@ -460,6 +460,8 @@ impl Engine {
                 )
                 .with_deadline(deadline),
             };
+            // The classifier's call counts against the request's cost ceiling too.
+            input.scope.charge(classifier_credits);
             if let Some(receiver) = receiver {
                 // The run goes on to the end (and is logged) even if the consumer leaves; in the
                 // request's span, so a debug run's log lines are still captured.

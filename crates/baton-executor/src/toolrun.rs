@@ -632,6 +632,13 @@ impl AgentScope {
         }
     }
 
+    /// Counts credits spent outside the tool loop (a Route-mode classifier's call) in the
+    /// tree's tally: the cost ceiling and the usage updates include them.
+    pub(crate) fn charge(&self, credits: i64) {
+        self.spent
+            .fetch_add(credits, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// A sub-agent's cancel look: a copy of this run's last one.
     pub(crate) fn child_cancel_look(&self) -> Arc<Mutex<CancelLook>> {
         let look = *self
