@@ -436,6 +436,13 @@ async fn provider_failures_and_bad_input_get_clear_errors_without_keys() {
     assert_eq!(data.last().unwrap(), "[DONE]");
     let error: Value = serde_json::from_str(&data[data.len() - 2]).unwrap();
     assert_eq!(error["error"]["code"], "PROVIDER_ERROR", "{}", broken.text);
+    // Its stored lifecycle ends with what the run is billed (an estimate), not nothing.
+    let id = broken.headers["x-request-id"].to_str().unwrap().to_string();
+    let (run, events) = run_and_events(&app, &key, &id).await;
+    assert!(run.cost_credits > 0);
+    let last = events.last().unwrap();
+    assert_eq!(last["type"], "requestCompleted");
+    assert_eq!(last["data"]["totalCreditsUsed"], run.cost_credits);
 
     for response in [failed, unauthorised, broken] {
         for canary in [
@@ -764,6 +771,35 @@ async fn a_stream_left_before_its_usage_is_billed_an_estimate() {
         "{:?}",
         run.warnings
     );
+    // The lifecycle is stored too: the client's leaving, then what was billed.
+    let (_, events) = run_and_events(&app, &key, &run.id).await;
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        types[types.len() - 3..],
+        ["error", "agentInferenceCompleted", "requestCompleted"]
+    );
+    assert_eq!(
+        events[types.len() - 3]["data"]["code"],
+        "CLIENT_DISCONNECTED"
+    );
+    assert_eq!(
+        events.last().unwrap()["data"]["totalCreditsUsed"],
+        run.cost_credits
+    );
+}
+
+/// The logged run `id` and its stored events.
+async fn run_and_events(
+    app: &TestApp,
+    key: &str,
+    id: &str,
+) -> (baton_domain::run::RunRecord, Vec<Value>) {
+    let run = wait_for_run(app, id).await;
+    let events = app
+        .get(&format!("/api/v1/llm-logs/{id}/events"), key)
+        .await
+        .json();
+    (run, events.as_array().unwrap().clone())
 }
 
 #[tokio::test]

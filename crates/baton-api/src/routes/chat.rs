@@ -28,7 +28,7 @@ use crate::events::{CallInfo, EventLog, emit_failure, record_call_outcome, recor
 use crate::extract::Json;
 use crate::gateway::{answer, open_stream, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, event_stream};
-use crate::runlog::{Pricing, RunLog};
+use crate::runlog::{CLIENT_DISCONNECTED, Pricing, RunLog};
 use crate::sse::{self, SseWriter};
 use crate::state::AppState;
 use crate::streams::holding;
@@ -389,9 +389,14 @@ impl ChunkStream {
         self.accumulator.snapshot()
     }
 
-    /// Ends the stored lifecycle and hands it to the log.
-    fn close_events(&mut self, log: &mut RunLog, outcome: Result<(), &ExecutorError>) {
-        let partial = self.partial();
+    /// Ends the stored lifecycle with `partial` (its usage as billed) and hands it to the log.
+    /// `failure`: the code and message it ended with, if it did not end well.
+    fn close_events(
+        &mut self,
+        log: &mut RunLog,
+        partial: &InferenceResponse,
+        failure: Option<(&str, &str)>,
+    ) {
         let credits = self
             .pricing
             .cost(
@@ -402,13 +407,13 @@ impl ChunkStream {
             )
             .billed;
         let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
-        match outcome {
-            Ok(()) => record_call_outcome(&mut self.events, &self.call, Ok((&partial, credits))),
-            Err(err) if produced => {
-                self.events.record("error", serde_json::json!({"code": err.code(), "message": err.to_string(), "agentRole": Value::Null, "recoverable": false}));
-                record_call_outcome(&mut self.events, &self.call, Ok((&partial, credits)));
+        match failure {
+            None => record_call_outcome(&mut self.events, &self.call, Ok((partial, credits))),
+            Some((code, message)) if produced => {
+                self.events.record("error", serde_json::json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}));
+                record_call_outcome(&mut self.events, &self.call, Ok((partial, credits)));
             }
-            Err(err) => record_call_outcome(&mut self.events, &self.call, Err(err)),
+            Some((code, message)) => emit_failure(&mut self.events, code, message),
         }
         log.attach_events(self.events.take_stored());
     }
@@ -418,15 +423,17 @@ impl Drop for ChunkStream {
     fn drop(&mut self) {
         if let Some(mut log) = self.log.take() {
             // The client disconnected mid-stream: dropping `upstream` cancels the provider call;
-            // what was produced so far is still logged and billed.
-            let partial = self.partial();
-            log.finish_partial(
+            // what was produced so far is still logged and billed, and its lifecycle stored.
+            const MESSAGE: &str = "the client closed the stream";
+            let mut partial = self.partial();
+            partial.usage = log.finish_partial(
                 &self.call.provider_key,
                 &self.call.model,
                 &partial,
-                "CLIENT_DISCONNECTED",
-                "the client closed the stream",
+                CLIENT_DISCONNECTED,
+                MESSAGE,
             );
+            self.close_events(&mut log, &partial, Some((CLIENT_DISCONNECTED, MESSAGE)));
             log.flush_in_background();
         }
     }
@@ -475,15 +482,18 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
                 state.sse.done();
                 state.phase = Phase::Done;
                 if let Some(mut log) = state.log.take() {
-                    let partial = state.partial();
-                    state.close_events(&mut log, Err(&error));
-                    log.finish_partial(
+                    // The stored events say what the run is billed (an estimate when the
+                    // provider reported no usage).
+                    let mut partial = state.partial();
+                    partial.usage = log.finish_partial(
                         &state.call.provider_key,
                         &state.call.model,
                         &partial,
                         error.code(),
                         &error.to_string(),
                     );
+                    let message = error.to_string();
+                    state.close_events(&mut log, &partial, Some((error.code(), &message)));
                     log.flush().await;
                 }
             }
@@ -504,7 +514,7 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
                 if let Some(mut log) = state.log.take() {
                     match invalid {
                         None => {
-                            state.close_events(&mut log, Ok(()));
+                            state.close_events(&mut log, &response, None);
                             log.succeed(&state.call.provider_key, &state.call.model, &response)
                                 .await;
                             if let Some(fill) = state.fill.take() {
@@ -512,14 +522,16 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
                             }
                         }
                         Some(error) => {
-                            state.close_events(&mut log, Err(&error));
-                            log.finish_partial(
+                            let mut response = response;
+                            response.usage = log.finish_partial(
                                 &state.call.provider_key,
                                 &state.call.model,
                                 &response,
                                 error.code(),
                                 &error.to_string(),
                             );
+                            let message = error.to_string();
+                            state.close_events(&mut log, &response, Some((error.code(), &message)));
                             log.flush().await;
                         }
                     }
