@@ -188,15 +188,8 @@ async fn deliver(state: AppState, alert: BudgetAlert, retry_after: Duration) {
     };
     let Some(url) = url.and_then(|u| url::Url::parse(&u).ok()) else {
         // Nothing to send to: recorded, so no sweep takes the alert up again.
-        let attempts = alert.attempts;
-        record(
-            &state,
-            &alert,
-            attempts,
-            Some("the budget has no webhook URL"),
-            None,
-        )
-        .await;
+        let error = Some("the budget has no webhook URL");
+        record(&state, &alert, alert.attempts, error, None).await;
         return;
     };
     let (start, end) = baton_ledger::budget_window(budget.period, alert.window_start.0);

@@ -7,7 +7,7 @@ use baton_domain::Timestamp;
 use baton_domain::chat::{InferenceResponse, ToolCall};
 use baton_domain::credits::Credits;
 use baton_domain::run::{RawJson, RunWarning, StoredEvent};
-use baton_providers::routing::ChainModel;
+use baton_providers::routing::{Chain, ChainModel};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
@@ -356,6 +356,29 @@ pub struct CallInfo {
 }
 
 impl CallInfo {
+    /// A call about to go to `chain`'s first model, as the client named it `requested_model`
+    /// ([`CallInfo::served_by`] sets the model that answered).
+    pub fn for_chain(
+        chain: &Chain,
+        requested_model: String,
+        message_count: usize,
+        tool_count: usize,
+    ) -> CallInfo {
+        let primary = chain.primary();
+        CallInfo {
+            flow_name: None,
+            warnings: Vec::new(),
+            provider_key: primary.map(|m| m.provider.clone()).unwrap_or_default(),
+            model: primary.map_or_else(|| requested_model.clone(), |m| m.model.clone()),
+            requested_model,
+            message_count,
+            tool_count,
+            inference_id: uuid::Uuid::now_v7().to_string(),
+            was_cached: false,
+            was_fallback: false,
+        }
+    }
+
     /// The model that answered, once the chain has been walked.
     pub fn served_by(&mut self, model: &ChainModel, was_fallback: bool, was_cached: bool) {
         self.provider_key.clone_from(&model.provider);

@@ -504,24 +504,15 @@ impl Engine {
         // A tool run queues its `Pending` row itself; a single call only when it holds budget.
         log.queue_pending_if_holding().await;
 
-        let primary = plan.chain.primary().cloned();
         let mut call = CallInfo {
             flow_name: Some(flow.name.clone()),
             warnings: warnings.clone(),
-            provider_key: primary
-                .as_ref()
-                .map(|m| m.provider.clone())
-                .unwrap_or_default(),
-            model: primary
-                .as_ref()
-                .map(|m| m.model.clone())
-                .unwrap_or_default(),
-            requested_model: plan.chain.requested.clone(),
-            message_count: request.messages.len(),
-            tool_count: 0,
-            inference_id: uuid::Uuid::now_v7().to_string(),
-            was_cached: false,
-            was_fallback: false,
+            ..CallInfo::for_chain(
+                &plan.chain,
+                plan.chain.requested.clone(),
+                request.messages.len(),
+                0,
+            )
         };
 
         if stream {

@@ -10,7 +10,7 @@ use baton_domain::customer::validate_external_id;
 use baton_domain::run::{COMPATIBLE_ENVIRONMENT, RunKind};
 use baton_domain::tags::parse_tag_header;
 use baton_providers::DeltaStream;
-use baton_providers::routing::{ChainModel, ModelSelection, Named};
+use baton_providers::routing::{ModelSelection, Named};
 use baton_providers::structured::OutputSchema;
 use futures::{Stream, StreamExt};
 use serde_json::Value;
@@ -176,22 +176,12 @@ async fn serve_chat(
     log.set_request(&inference);
     log.queue_pending_if_holding().await;
     let created = now_secs();
-    let primary = plan.chain.primary().cloned().unwrap_or(ChainModel {
-        provider: String::new(),
-        model: parsed.model.clone(),
-    });
-    let mut call = CallInfo {
-        flow_name: None,
-        warnings: Vec::new(),
-        provider_key: primary.provider,
-        model: primary.model,
-        requested_model: parsed.model.clone(),
-        message_count: inference.messages.len(),
-        tool_count: inference.tools.len(),
-        inference_id: uuid::Uuid::now_v7().to_string(),
-        was_cached: false,
-        was_fallback: false,
-    };
+    let mut call = CallInfo::for_chain(
+        &plan.chain,
+        parsed.model.clone(),
+        inference.messages.len(),
+        inference.tools.len(),
+    );
     // The events format emits as it goes; the other formats keep the lifecycle for the log.
     let mut events = state.engine.event_log(request_id.0.clone());
     if event_options.is_none() {
@@ -389,6 +379,25 @@ impl ChunkStream {
         self.accumulator.snapshot()
     }
 
+    /// Finishes the run as failed with `code` on what it produced, `partial`, and ends its stored
+    /// lifecycle with the usage it is billed (an estimate when the provider reported none).
+    fn fail(
+        &mut self,
+        log: &mut RunLog,
+        mut partial: InferenceResponse,
+        code: &str,
+        message: &str,
+    ) {
+        partial.usage = log.finish_partial(
+            &self.call.provider_key,
+            &self.call.model,
+            &partial,
+            code,
+            message,
+        );
+        self.close_events(log, &partial, Some((code, message)));
+    }
+
     /// Ends the stored lifecycle with `partial` (its usage as billed) and hands it to the log.
     /// `failure`: the code and message it ended with, if it did not end well.
     fn close_events(
@@ -424,16 +433,13 @@ impl Drop for ChunkStream {
         if let Some(mut log) = self.log.take() {
             // The client disconnected mid-stream: dropping `upstream` cancels the provider call;
             // what was produced so far is still logged and billed, and its lifecycle stored.
-            const MESSAGE: &str = "the client closed the stream";
-            let mut partial = self.partial();
-            partial.usage = log.finish_partial(
-                &self.call.provider_key,
-                &self.call.model,
-                &partial,
+            let partial = self.partial();
+            self.fail(
+                &mut log,
+                partial,
                 CLIENT_DISCONNECTED,
-                MESSAGE,
+                "the client closed the stream",
             );
-            self.close_events(&mut log, &partial, Some((CLIENT_DISCONNECTED, MESSAGE)));
             log.flush_in_background();
         }
     }
@@ -482,18 +488,8 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
                 state.sse.done();
                 state.phase = Phase::Done;
                 if let Some(mut log) = state.log.take() {
-                    // The stored events say what the run is billed (an estimate when the
-                    // provider reported no usage).
-                    let mut partial = state.partial();
-                    partial.usage = log.finish_partial(
-                        &state.call.provider_key,
-                        &state.call.model,
-                        &partial,
-                        error.code(),
-                        &error.to_string(),
-                    );
-                    let message = error.to_string();
-                    state.close_events(&mut log, &partial, Some((error.code(), &message)));
+                    let partial = state.partial();
+                    state.fail(&mut log, partial, error.code(), &error.to_string());
                     log.flush().await;
                 }
             }
@@ -522,16 +518,7 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
                             }
                         }
                         Some(error) => {
-                            let mut response = response;
-                            response.usage = log.finish_partial(
-                                &state.call.provider_key,
-                                &state.call.model,
-                                &response,
-                                error.code(),
-                                &error.to_string(),
-                            );
-                            let message = error.to_string();
-                            state.close_events(&mut log, &response, Some((error.code(), &message)));
+                            state.fail(&mut log, response, error.code(), &error.to_string());
                             log.flush().await;
                         }
                     }

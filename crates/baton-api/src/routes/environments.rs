@@ -178,7 +178,7 @@ pub async fn promote_environment(
             .filter(|f| f.active_versions.contains_key(&source))
             .collect::<Vec<_>>(),
         Some(ids) => {
-            let mut named = Vec::with_capacity(ids.len());
+            let mut named: Vec<baton_domain::flow::Flow> = Vec::with_capacity(ids.len());
             for (i, id) in ids.iter().enumerate() {
                 let flow = state.store.get_flow(&principal.tenant, id).await?.flow;
                 if !flow.active_versions.contains_key(&source) {
@@ -188,10 +188,7 @@ pub async fn promote_environment(
                     ));
                 }
                 // Named twice (by id and slug, say): promoted once.
-                if named
-                    .iter()
-                    .any(|f: &baton_domain::flow::Flow| f.id == flow.id)
-                {
+                if named.iter().any(|f| f.id == flow.id) {
                     continue;
                 }
                 named.push(flow);

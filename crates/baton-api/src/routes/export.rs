@@ -7,12 +7,12 @@ use axum::extract::State;
 use baton_domain::Timestamp;
 use baton_domain::flow::{ExportDocument, ImportReport, slugify, validate_title};
 use baton_domain::tool::ToolInput;
-use baton_store::StoreError;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
 use crate::routes::flows::compile;
+use crate::routes::tools::is_tenant_flow;
 use crate::state::AppState;
 
 const FORMAT: u32 = 1;
@@ -126,17 +126,13 @@ pub async fn import(
                 *reference = (*slug).to_string();
                 continue;
             }
-            match state.store.get_flow(&principal.tenant, reference).await {
-                Ok(_) => {}
-                Err(StoreError::NotFound { .. }) => {
-                    return Err(ApiError::validation(
-                        format!("tools[{i}].{param}"),
-                        format!(
-                            "{param} names no flow of this document or of this tenant: '{reference}'"
-                        ),
-                    ));
-                }
-                Err(other) => return Err(other.into()),
+            if !is_tenant_flow(&state, &principal.tenant, reference).await? {
+                return Err(ApiError::validation(
+                    format!("tools[{i}].{param}"),
+                    format!(
+                        "{param} names no flow of this document or of this tenant: '{reference}'"
+                    ),
+                ));
             }
         }
         tools.push((old_id, tool));

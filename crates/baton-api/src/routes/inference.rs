@@ -260,19 +260,12 @@ async fn serve_inference(
     log.queue_pending_if_holding().await;
 
     // The lifecycle is stored with the run, as for every request (DESIGN.md "Streams").
-    let primary = plan.chain.primary();
-    let mut call = CallInfo {
-        flow_name: None,
-        warnings: Vec::new(),
-        provider_key: primary.map(|m| m.provider.clone()).unwrap_or_default(),
-        model: primary.map(|m| m.model.clone()).unwrap_or_default(),
-        requested_model: body.model.clone(),
-        message_count: request.messages.len(),
-        tool_count: request.tools.len(),
-        inference_id: uuid::Uuid::now_v7().to_string(),
-        was_cached: false,
-        was_fallback: false,
-    };
+    let mut call = CallInfo::for_chain(
+        &plan.chain,
+        body.model.clone(),
+        request.messages.len(),
+        request.tools.len(),
+    );
     let mut events = state.engine.event_log(request_id.0.clone());
     record_call_started(&mut events, &call);
     let answer = match answer(

@@ -12,6 +12,19 @@ use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::{Json, PathParam};
 use crate::state::AppState;
 
+/// Whether `flow` (id or slug) names a flow of `tenant`.
+pub(crate) async fn is_tenant_flow(
+    state: &AppState,
+    tenant: &TenantId,
+    flow: &str,
+) -> ApiResult<bool> {
+    match state.store.get_flow(tenant, flow).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::NotFound { .. }) => Ok(false),
+        Err(other) => Err(other.into()),
+    }
+}
+
 /// The fields that name other records must name the tenant's own.
 async fn check_references(state: &AppState, tenant: &TenantId, tool: &ValidTool) -> ApiResult<()> {
     let config = &tool.config;
@@ -21,17 +34,13 @@ async fn check_references(state: &AppState, tenant: &TenantId, tool: &ValidTool)
         ("criticFlowId", &config.critic_flow_id),
     ];
     for (param, flow) in flows {
-        if let Some(flow) = flow {
-            match state.store.get_flow(tenant, flow).await {
-                Ok(_) => {}
-                Err(StoreError::NotFound { .. }) => {
-                    return Err(ApiError::validation(
-                        param,
-                        format!("{param} names no flow of this tenant: '{flow}'"),
-                    ));
-                }
-                Err(other) => return Err(other.into()),
-            }
+        if let Some(flow) = flow
+            && !is_tenant_flow(state, tenant, flow).await?
+        {
+            return Err(ApiError::validation(
+                param,
+                format!("{param} names no flow of this tenant: '{flow}'"),
+            ));
         }
     }
     if let Some(server) = &config.mcp_server_id {
