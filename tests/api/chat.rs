@@ -261,6 +261,45 @@ async fn streams_relay_chunks_usage_and_done() {
     }
 }
 
+/// Statistics group by served model: a stream must name it as the synchronous call does, by
+/// the name the provider reports (Bedrock reports none: the requested name stands).
+#[tokio::test]
+async fn a_stream_logs_the_model_the_provider_reports_as_a_call_does() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    for (model, served) in [
+        ("openai/gpt-4o-mini", "openai/gpt-4o-mini-2024-07-18"),
+        (
+            "anthropic/claude-haiku-4-5",
+            "anthropic/claude-haiku-4-5-20251001",
+        ),
+        ("google/gemini-2.5-flash", "google/gemini-2.5-flash-001"),
+    ] {
+        let reported = served.split_once('/').unwrap().1;
+        for stream in [false, true] {
+            mock.push(Reply::text("hi").served_as(reported));
+            let response = app
+                .post(
+                    "/api/v1/chat/completions",
+                    &key,
+                    chat(model, json!({"stream": stream})),
+                )
+                .await;
+            assert_eq!(response.status, 200, "{}", response.text);
+            let id = response.headers["x-request-id"]
+                .to_str()
+                .unwrap()
+                .to_string();
+            let run = wait_for_run(&app, &id).await;
+            assert_eq!(
+                run.served_model.as_deref(),
+                Some(served),
+                "{model}, stream: {stream}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn tool_calls_round_trip_sync_and_streamed() {
     let (app, mock) = app_with_mock().await;

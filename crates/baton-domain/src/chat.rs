@@ -324,6 +324,10 @@ pub struct InferenceResponse {
 /// One piece of a streamed response, in canonical form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StreamDelta {
+    /// The model name the provider reports serving (dated, or a deployment's model), sent at
+    /// most once: a stream's log row and statistics then name the model as a synchronous
+    /// call's do.
+    Model(String),
     Text(String),
     /// A tool call begins; `index` orders calls within the response.
     ToolCallStart {
@@ -366,6 +370,7 @@ impl ResponseAccumulator {
 
     pub fn push(&mut self, delta: &StreamDelta) {
         match delta {
+            StreamDelta::Model(model) => self.response.model.clone_from(model),
             StreamDelta::Text(text) => self.response.text.push_str(text),
             StreamDelta::ToolCallStart { index, id, name } => {
                 let call = match self.calls.iter().position(|(at, _)| at == index) {
@@ -578,5 +583,14 @@ mod tests {
         );
         assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (10, 4));
         assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.model, "m", "no model reported: the requested name stays");
+    }
+
+    #[test]
+    fn accumulator_takes_the_model_the_provider_reports() {
+        let mut acc = ResponseAccumulator::new("gpt-4o-mini");
+        acc.push(&StreamDelta::Model("gpt-4o-mini-2024-07-18".into()));
+        acc.push(&StreamDelta::Text("hi".into()));
+        assert_eq!(acc.finish().model, "gpt-4o-mini-2024-07-18");
     }
 }

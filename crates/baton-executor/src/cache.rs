@@ -132,6 +132,9 @@ impl CacheFill {
 /// A cached answer replayed as the deltas a stream would have carried.
 pub fn replay(response: &InferenceResponse) -> DeltaStream {
     let mut deltas = Vec::new();
+    if !response.model.is_empty() {
+        deltas.push(StreamDelta::Model(response.model.clone()));
+    }
     if !response.text.is_empty() {
         deltas.push(StreamDelta::Text(response.text.clone()));
     }

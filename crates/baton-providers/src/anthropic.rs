@@ -449,6 +449,8 @@ enum StreamEvent {
 #[derive(Debug, Deserialize)]
 struct StartMessage {
     #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
     usage: WireUsage,
 }
 
@@ -507,6 +509,9 @@ impl StreamState {
         let mut push = |delta| out.push_back(Ok(delta));
         match event {
             StreamEvent::MessageStart { message } => {
+                if let Some(model) = message.model.filter(|m| !m.is_empty()) {
+                    push(StreamDelta::Model(model));
+                }
                 self.usage = message.usage.canonical();
                 push(StreamDelta::Usage(self.usage));
             }
@@ -653,7 +658,7 @@ mod tests {
     #[test]
     fn stream_events_assemble() {
         let events = [
-            json!({"type": "message_start", "message": {"usage": {"input_tokens": 9, "output_tokens": 1}}}),
+            json!({"type": "message_start", "message": {"model": "claude-haiku-4-5-20251001", "usage": {"input_tokens": 9, "output_tokens": 1}}}),
             json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
             json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}}),
             json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "lo"}}),
@@ -685,5 +690,6 @@ mod tests {
         );
         assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (9, 12));
         assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.model, "claude-haiku-4-5-20251001");
     }
 }

@@ -702,11 +702,18 @@ pub(crate) struct StreamState {
     /// Distinct search queries seen, so repeated grounding metadata is counted once.
     queries: Vec<String>,
     usage: Usage,
+    model_reported: bool,
 }
 
 impl StreamState {
     pub(crate) fn map(&mut self, chunk: GenerateContentResponse, out: &mut Deltas) {
         let mut push = |delta| out.push_back(Ok(delta));
+        if !self.model_reported
+            && let Some(model) = chunk.model_version.filter(|m| !m.is_empty())
+        {
+            self.model_reported = true;
+            push(StreamDelta::Model(model));
+        }
         let mut usage_changed = false;
         if let Some(metadata) = &chunk.usage_metadata {
             self.usage = Usage {
@@ -1236,7 +1243,7 @@ mod tests {
             json!({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}, "finishReason": "STOP"}],
                    "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 7, "thoughtsTokenCount": 2,
                                      "cachedContentTokenCount": 3},
-                   "modelVersion": "gemini-2.5-flash"}),
+                   "modelVersion": "gemini-2.5-flash-001"}),
         ]);
         assert_eq!(r.text, "Hello");
         assert_eq!(
@@ -1265,6 +1272,7 @@ mod tests {
                 web_search_calls: 0
             }
         );
+        assert_eq!(r.model, "gemini-2.5-flash-001");
     }
 
     #[test]

@@ -15,6 +15,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::provider::{DeltaStream, Provider};
@@ -583,7 +584,11 @@ pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceR
 // ---- Wire types: stream --------------------------------------------------------------------
 
 #[derive(Debug, Deserialize)]
-pub(crate) struct ChatChunk {
+pub(crate) struct ChatChunk<'a> {
+    /// Every chunk repeats the model; it is read once a stream, so it stays raw (borrowed)
+    /// until then.
+    #[serde(default, borrow)]
+    model: Option<&'a RawValue>,
     /// Only the first choice is used (Baton asks for one).
     #[serde(default, rename = "choices", deserialize_with = "first_choice")]
     choice: Option<ChunkChoice>,
@@ -628,15 +633,25 @@ struct ChunkFunction {
     arguments: Option<String>,
 }
 
-/// Per-stream state: which tool-call indices have been announced.
+/// Per-stream state: which tool-call indices have been announced, whether the model was.
 #[derive(Debug, Default)]
 pub(crate) struct StreamState {
     announced: Vec<u32>,
+    model_reported: bool,
 }
 
 impl StreamState {
-    pub(crate) fn map(&mut self, chunk: ChatChunk, out: &mut Deltas) {
+    pub(crate) fn map(&mut self, chunk: ChatChunk<'_>, out: &mut Deltas) {
         let mut push = |delta| out.push_back(Ok(delta));
+        if !self.model_reported
+            && let Some(model) = chunk
+                .model
+                .and_then(|raw| serde_json::from_str::<String>(raw.get()).ok())
+                .filter(|m| !m.is_empty())
+        {
+            self.model_reported = true;
+            push(StreamDelta::Model(model));
+        }
         if let Some(choice) = chunk.choice {
             let DeltaText(text) = choice.delta.content;
             if !text.is_empty() {
@@ -868,7 +883,8 @@ mod tests {
         let mut acc = ResponseAccumulator::new("m");
         for chunk in chunks {
             let mut out = Deltas::new();
-            state.map(serde_json::from_value(chunk).unwrap(), &mut out);
+            let text = chunk.to_string();
+            state.map(serde_json::from_str(&text).unwrap(), &mut out);
             for delta in out {
                 acc.push(&delta.unwrap());
             }
@@ -884,6 +900,30 @@ mod tests {
             }]
         );
         assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (3, 7));
+        assert_eq!(r.model, "m", "no chunk named a model");
+    }
+
+    /// Every chunk repeats the served model; the stream reports it once, escapes read.
+    #[test]
+    fn stream_reports_the_served_model_once() {
+        let mut state = StreamState::default();
+        let mut models = Vec::new();
+        for chunk in [
+            r#"{"model": "org\/llama-3", "choices": [{"delta": {"role": "assistant"}}]}"#,
+            r#"{"model": "org/llama-3", "choices": [{"delta": {"content": "Hi"}}]}"#,
+            r#"{"model": "other", "choices": [{"delta": {}, "finish_reason": "stop"}]}"#,
+        ] {
+            let mut out = Deltas::new();
+            state.map(serde_json::from_str(chunk).unwrap(), &mut out);
+            models.extend(out.into_iter().filter_map(|delta| match delta.unwrap() {
+                StreamDelta::Model(model) => Some(model),
+                _ => None,
+            }));
+        }
+        assert_eq!(models, ["org/llama-3"]);
+        let mut out = Deltas::new();
+        StreamState::default().map(serde_json::from_str(r#"{"model": ""}"#).unwrap(), &mut out);
+        assert!(out.is_empty(), "an empty name is no report");
     }
 
     /// A delta's content as the wire may carry it: a string, content parts (Mistral), or

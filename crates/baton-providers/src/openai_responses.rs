@@ -681,6 +681,9 @@ impl StreamState {
                 }
             }
             StreamEvent::Completed { mut response } => {
+                if let Some(model) = response.model.take().filter(|m| !m.is_empty()) {
+                    push(StreamDelta::Model(model));
+                }
                 let searches = response
                     .output
                     .iter()
@@ -1042,7 +1045,7 @@ mod tests {
             json!({"type": "response.function_call_arguments.delta", "output_index": 2, "item_id": "fc_1", "delta": "{\"q\":"}),
             json!({"type": "response.function_call_arguments.delta", "output_index": 2, "item_id": "fc_1", "delta": "1}"}),
             json!({"type": "response.output_item.done", "output_index": 2, "item": {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{\"q\":1}"}}),
-            json!({"type": "response.completed", "response": {"status": "completed", "output": [
+            json!({"type": "response.completed", "response": {"status": "completed", "model": "gpt-4o-2024-08-06", "output": [
                 {"type": "web_search_call", "id": "ws_1"},
                 {"type": "message", "content": [{"type": "output_text", "text": "Héllo there", "annotations": [citation]}]},
                 {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": "{\"q\":1}"}],
@@ -1084,6 +1087,7 @@ mod tests {
             (40, 9, 1)
         );
         assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.model, "gpt-4o-2024-08-06");
     }
 
     #[test]

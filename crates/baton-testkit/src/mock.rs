@@ -95,6 +95,14 @@ impl Reply {
         }
     }
 
+    /// The answer as served by `model` (a dated name, say) rather than the requested one.
+    pub fn served_as(mut self, served: impl Into<String>) -> Reply {
+        if let Reply::Answer { model, .. } = &mut self {
+            *model = Some(served.into());
+        }
+        self
+    }
+
     /// The answer as if the provider had searched the web `searches` times and cited
     /// `citations` (`(url, title)`), as OpenAI's hosted `web_search` tool reports it.
     pub fn with_web_search(self, searches: u64, citations: &[(&str, &str)]) -> Reply {

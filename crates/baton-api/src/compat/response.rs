@@ -277,7 +277,7 @@ fn chunk_delta(delta: &StreamDelta) -> Option<(Delta<'_>, Option<&'static str>)>
             None,
         ),
         StreamDelta::Finish(reason) => (Delta::Empty {}, Some(reason.as_openai())),
-        StreamDelta::Usage(_) | StreamDelta::Citation(_) => return None,
+        StreamDelta::Model(_) | StreamDelta::Usage(_) | StreamDelta::Citation(_) => return None,
     })
 }
 
