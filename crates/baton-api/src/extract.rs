@@ -140,13 +140,7 @@ fn json_error(path: &str, err: &serde_json::Error) -> ApiError {
         },
         Category::Data => {
             let message = strip_position(&err.to_string());
-            let param = if path == "." || path.is_empty() {
-                // A missing field is reported on its parent: take the name from the message
-                // (``missing field `name` ``). Unknown fields already end the path.
-                field_in_backticks(&message)
-            } else {
-                Some(path.to_string())
-            };
+            let param = param_of(path, &message);
             ApiError::Invalid {
                 code: "VALIDATION_ERROR",
                 message,
@@ -163,10 +157,21 @@ fn strip_position(message: &str) -> String {
     }
 }
 
-fn field_in_backticks(message: &str) -> Option<String> {
-    let start = message.find('`')? + 1;
-    let end = start + message[start..].find('`')?;
-    Some(message[start..end].to_string())
+/// The field a data error names: its path, and for a missing field the field itself (serde
+/// reports it on its parent, as ``missing field `name` ``; unknown fields already end the path).
+/// A body of the wrong type altogether (`5`, `true`) names no field.
+fn param_of(path: &str, message: &str) -> Option<String> {
+    let root = path == "." || path.is_empty();
+    let missing = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(field, _)| field);
+    match missing {
+        Some(field) if root => Some(field.to_string()),
+        Some(field) => Some(format!("{path}.{field}")),
+        None if root => None,
+        None => Some(path.to_string()),
+    }
 }
 
 /// Query-string parameters, with the same error reporting as [`Json`].
@@ -188,11 +193,7 @@ where
             .map_err(|err| {
                 let path = err.path().to_string();
                 let message = err.into_inner().to_string();
-                let param = if path == "." {
-                    field_in_backticks(&message)
-                } else {
-                    Some(path)
-                };
+                let param = param_of(&path, &message);
                 ApiError::Invalid {
                     code: "VALIDATION_ERROR",
                     message: format!("invalid query: {message}"),
@@ -298,5 +299,17 @@ mod tests {
             param_and_code(r#"{"externalId": "x", "strategy": "Random"}"#),
             (Some("strategy".into()), "VALIDATION_ERROR")
         );
+        assert_eq!(
+            param_and_code(r#"{"externalId": "x", "items": [{"n": 1}, {}]}"#),
+            (Some("items[1].n".into()), "VALIDATION_ERROR"),
+            "a missing nested field is named, not its parent"
+        );
+        for not_an_object in ["5", "true", r#""text""#, "[]"] {
+            assert_eq!(
+                param_and_code(not_an_object),
+                (None, "VALIDATION_ERROR"),
+                "{not_an_object}: the body as a whole is wrong"
+            );
+        }
     }
 }
