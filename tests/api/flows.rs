@@ -468,6 +468,63 @@ async fn route_mode_lets_the_classifier_pick_a_described_template() {
             > run["usage"]["costCredits"].as_i64().unwrap()
     );
 
+    // Models capitalise and punctuate their answer.
+    mock.push(Reply::text("Tech."));
+    mock.push(Reply::text("Reboot."));
+    let run = api
+        .run(&slug, json!({"parameters": {"question": "Error 500"}}))
+        .await;
+    assert_eq!(run["templateName"], "tech");
+
+    // Input refused before the classifier is called: no call is made, no run is logged.
+    let logged = || async {
+        // Rows are written in the log writer's batch (100 ms).
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        let page = app.get("/api/v1/llm-logs?pageSize=200", &api.key).await;
+        page.json()["items"].as_array().unwrap().len()
+    };
+    let (calls_before, runs_before) = (mock.received().len(), logged().await);
+    let runs = format!("/api/v1/flows/{slug}/runs");
+    let parameters = json!({"question": "hi"});
+    app.post(
+        &runs,
+        &api.key,
+        json!({"parameters": parameters, "responseSchema": {"type": "bogus"}}),
+    )
+    .await
+    .error(400, "VALIDATION_ERROR");
+    app.post(
+        &runs,
+        &api.key,
+        json!({"parameters": parameters, "overrideModel": "nosuch/x"}),
+    )
+    .await
+    .error(404, "MODEL_NOT_FOUND");
+    assert_eq!(mock.received().len(), calls_before, "no classifier call");
+    assert_eq!(logged().await, runs_before, "refused requests log nothing");
+
+    // A hard budget: the request that reaches it is refused after its classifier call (its
+    // holds fill the budget); from then on the classifier is refused too, and never called.
+    let budget = api
+        .post(
+            "/api/v1/budgets",
+            json!({"name": "tiny", "period": "Day", "limitCredits": 1, "hardLimit": true}),
+        )
+        .await;
+    app.post(&runs, &api.key, json!({"parameters": parameters}))
+        .await
+        .error(402, "BUDGET_EXCEEDED");
+    logged().await;
+    let calls_before = mock.received().len();
+    for _ in 0..3 {
+        app.post(&runs, &api.key, json!({"parameters": parameters}))
+            .await
+            .error(402, "BUDGET_EXCEEDED");
+    }
+    assert_eq!(mock.received().len(), calls_before, "no classifier call");
+    let budget_path = format!("/api/v1/budgets/{}", budget["id"].as_str().unwrap());
+    assert_eq!(app.delete(&budget_path, &api.key).await.status, 204);
+
     // With fewer than two described templates the entrypoint runs, no classifier call.
     let single = activated_flow(
         &api,

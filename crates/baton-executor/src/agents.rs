@@ -119,6 +119,7 @@ impl TreeRunner {
             tags: &self.scope.tags,
             customer: self.scope.customer.as_deref(),
             deadline: self.scope.deadline,
+            holds_budget: false,
         };
         let (template_name, classifier_credits) = match engine
             .choose_template(&self.tenant, flow, &compiled, &values, parent, &pricing)

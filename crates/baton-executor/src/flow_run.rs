@@ -30,7 +30,9 @@ use crate::error::{ExecutorError, ExecutorResult};
 use crate::events::{
     CallInfo, EventLog, EventOptions, emit_failure, record_call_outcome, record_call_started,
 };
-use crate::gateway::{RequestTimeouts, answer, check_rate_limit, open_stream, plan_chain};
+use crate::gateway::{
+    RequestTimeouts, answer, check_model, check_rate_limit, open_stream, plan_chain,
+};
 use crate::runlog::{Pricing, RunLog};
 use crate::stream::{EventStream, StreamEnd, envelopes};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
@@ -236,6 +238,27 @@ impl Engine {
         let pricing = Pricing::new(self.providers().catalogue().clone(), &settings);
         let started = Instant::now();
 
+        // Input that does not depend on the template is checked before a Route classifier is
+        // called: a refused request makes no (billed) call.
+        let requested_schema = body
+            .response_schema
+            .as_ref()
+            .map(|s| {
+                OutputSchema::compile(s).map_err(|e| ExecutorError::validation("responseSchema", e))
+            })
+            .transpose()?;
+        if let Some(name) = body.override_model.as_deref() {
+            check_model(
+                self,
+                &tenant,
+                Named {
+                    name,
+                    param: "overrideModel",
+                },
+            )
+            .await?;
+        }
+
         // Route mode: a classifier call picks the template (its own logged, billed child run).
         let mut classifier_credits = 0;
         let parent = ClassifierParent {
@@ -245,6 +268,7 @@ impl Engine {
             tags: &tags,
             customer: customer.as_deref(),
             deadline: None,
+            holds_budget: true,
         };
         let template_name = match self
             .choose_template(&tenant, flow, &compiled, &values, parent, &pricing)
@@ -292,15 +316,20 @@ impl Engine {
         }
         let tools = template_tools.set();
 
+        let schema = match requested_schema {
+            Some(schema) => Some(schema),
+            None => template
+                .response_schema
+                .as_ref()
+                .map(|s| {
+                    OutputSchema::compile(s)
+                        .map_err(|e| ExecutorError::validation("responseSchema", e))
+                })
+                .transpose()?,
+        };
         let schema_value = body
             .response_schema
             .or_else(|| template.response_schema.clone());
-        let schema = schema_value
-            .as_ref()
-            .map(|s| {
-                OutputSchema::compile(s).map_err(|e| ExecutorError::validation("responseSchema", e))
-            })
-            .transpose()?;
         let mut messages = Vec::with_capacity(2);
         if !rendered.system.trim().is_empty() {
             messages.push(Message::text(Role::System, rendered.system));
@@ -670,6 +699,19 @@ impl Engine {
         if let Some(deadline) = parent.deadline {
             plan.deadline = plan.deadline.min(deadline);
         }
+        let holds = if parent.holds_budget {
+            Some(
+                self.admit(
+                    tenant,
+                    parent.customer,
+                    parent.tags,
+                    crate::budgets::estimate_credits(pricing, &plan, &request),
+                )
+                .await?,
+            )
+        } else {
+            None
+        };
         let child_id = uuid::Uuid::now_v7().to_string();
         let mut log = RunLog::start(
             self.runs().clone(),
@@ -679,6 +721,9 @@ impl Engine {
             RunKind::Inference,
             plan.chain.requested.clone(),
         );
+        if let Some(holds) = holds {
+            holds.attach(log.record_mut());
+        }
         if let Some(record) = log.record_mut() {
             parent.link(record);
             record.flow_name = Some(flow.name.clone());
@@ -696,10 +741,12 @@ impl Engine {
         );
         log.succeed(&answer.model.provider, &answer.model.model, &response)
             .await;
+        // Template names are lower case; models often capitalise their answer ("Beta.").
         let reply = response
             .text
             .trim()
-            .trim_matches(|c| c == '"' || c == '`' || c == '.');
+            .trim_matches(|c| c == '"' || c == '`' || c == '.' || c == '*')
+            .to_ascii_lowercase();
         let chosen = described
             .iter()
             .find(|t| t.name == reply)
@@ -800,6 +847,9 @@ pub(crate) struct ClassifierParent<'a> {
     pub customer: Option<&'a str>,
     /// The tree's deadline, for a sub-agent (a flow run's classifier is its first call).
     pub deadline: Option<Instant>,
+    /// A flow run's classifier is the request's first call, so it takes the hard budgets'
+    /// holds itself; a sub-agent's is inside a tree admitted at its root.
+    pub holds_budget: bool,
 }
 
 impl ClassifierParent<'_> {

@@ -10,7 +10,7 @@ use baton_domain::run::Attempt;
 use baton_domain::settings::{TenantSettings, validate_timeout_ms};
 use baton_providers::DeltaStream;
 use baton_providers::routing::{
-    AttemptTimeouts, Chain, ChainFailure, ChainModel, ModelSelection, StreamStart, resolve,
+    AttemptTimeouts, Chain, ChainFailure, ChainModel, ModelSelection, Named, StreamStart, resolve,
 };
 use baton_providers::structured::OutputSchema;
 use futures::StreamExt;
@@ -137,6 +137,22 @@ pub async fn plan_chain(
         deadline: Instant::now() + engine.inner.config.request_timeout,
         cache,
     })
+}
+
+/// Resolves a model name as a call would, without planning one: a request's bad model is
+/// refused before anything else (a Route classifier) is called.
+pub(crate) async fn check_model(
+    engine: &Engine,
+    tenant: &TenantId,
+    named: Named<'_>,
+) -> ExecutorResult<()> {
+    let rules = engine.routing_rules(tenant).await?;
+    let selection = ModelSelection {
+        override_model: Some(named),
+        ..ModelSelection::default()
+    };
+    resolve(&selection, &rules, engine.inner.providers.as_ref())?;
+    Ok(())
 }
 
 /// A model's answer, from the cache or from the chain.
