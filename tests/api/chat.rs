@@ -1035,6 +1035,26 @@ async fn the_events_format_streams_the_lifecycle_and_stores_it() {
     assert_eq!(response.status, 200, "{}", response.text);
     let events = envelopes(&response.text);
     let request_id = response.headers["x-request-id"].to_str().unwrap();
+    // The format is chunks or events; event options with chunks contradict each other.
+    let calls_before = mock.received().len();
+    for options in [
+        json!({"format": "bogus"}),
+        json!({"format": "chunks", "event_types": ["tool*"]}),
+    ] {
+        let refused = app
+            .post(
+                "/api/v1/chat/completions",
+                &key,
+                chat(
+                    "openai/gpt-4o-mini",
+                    json!({"stream": true, "stream_options": options}),
+                ),
+            )
+            .await;
+        let error = refused.error(400, "VALIDATION_ERROR");
+        assert_eq!(error["param"], "stream_options.format", "{options}");
+    }
+    assert_eq!(mock.received().len(), calls_before);
     for event in &events {
         assert_eq!(event["requestId"], request_id);
         assert_eq!(event["depth"], 0);

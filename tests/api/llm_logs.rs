@@ -614,15 +614,27 @@ async fn hierarchy_events_and_stats_of_a_three_level_agent_tree() {
         mixed_types,
         ["agentStarted", "agentStarted", "requestCompleted"]
     );
-    let error = s
-        .call(
+    // Names in any case (DESIGN.md: enum values are read case-insensitively).
+    let shouted = s
+        .ok(
             Method::GET,
-            &format!("/api/v1/llm-logs/{root_id}/events?types=tool-started"),
+            &format!("/api/v1/llm-logs/{root_id}/events?types=AGENTSTARTED,requestcompleted"),
             None,
         )
-        .await
-        .error(400, "VALIDATION_ERROR");
-    assert_eq!(error["param"], "types");
+        .await;
+    assert_eq!(shouted.as_array().unwrap().len(), 3, "{shouted}");
+    // A name no event has is refused, not answered with nothing.
+    for bad in ["tool-started", "bogus", "tool", "x*"] {
+        let error = s
+            .call(
+                Method::GET,
+                &format!("/api/v1/llm-logs/{root_id}/events?types={bad}"),
+                None,
+            )
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(error["param"], "types", "{bad}");
+    }
 
     // A sub-agent's events are those of its own subtree.
     let child_events = s

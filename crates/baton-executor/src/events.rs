@@ -16,26 +16,43 @@ use crate::error::ExecutorError;
 /// `contentDelta` events are streamed but not stored: they would repeat the response text.
 const NOT_STORED: &[&str] = &["contentDelta", "heartbeat"];
 
+/// Every event type Baton emits: SPEC.md "Event types and data fields", and `contentDelta`.
+pub const EVENT_TYPES: &[&str] = &[
+    "requestStarted",
+    "requestCompleted",
+    "requestFailed",
+    "agentStarted",
+    "agentInferenceStarted",
+    "agentInferenceCompleted",
+    "agentCompleted",
+    "agentFailed",
+    "toolStarted",
+    "toolCompleted",
+    "toolFailed",
+    "usageUpdate",
+    "heartbeat",
+    "error",
+    "contentDelta",
+];
+
 /// Which event types a client wants: camelCase (`toolStarted`), dotted (`tool.started`) or
-/// wildcards (`tool*`, `tool.*`, `agent*`). Empty means all.
+/// wildcards (`tool*`, `tool.*`, `agent*`), in any case. Empty means all.
 #[derive(Debug, Clone, Default)]
 pub struct EventFilter {
+    /// Each pattern as [`key`] writes it, and whether it is a prefix.
     patterns: Vec<(String, bool)>,
 }
 
-/// `agentInferenceCompleted` -> `agent.inference.completed`; dotted input is lowercased.
-fn dotted(name: &str) -> String {
-    if name.contains('.') {
-        return name.to_ascii_lowercase();
-    }
-    let mut out = String::with_capacity(name.len() + 4);
-    for (i, c) in name.chars().enumerate() {
-        if c.is_ascii_uppercase() && i > 0 {
-            out.push('.');
-        }
-        out.push(c.to_ascii_lowercase());
-    }
-    out
+/// A type name as filters compare it: without dots, lower case, so `toolStarted`,
+/// `tool.started` and `TOOLSTARTED` are one name (DESIGN.md: enum values in any case).
+fn key_bytes(name: &str) -> impl Iterator<Item = u8> + '_ {
+    name.bytes()
+        .filter(|b| *b != b'.')
+        .map(|b| b.to_ascii_lowercase())
+}
+
+fn key(name: &str) -> String {
+    key_bytes(name).map(char::from).collect()
 }
 
 impl EventFilter {
@@ -45,37 +62,48 @@ impl EventFilter {
             .map(|p| p.trim())
             .filter(|p| !p.is_empty())
             .map(|p| match p.strip_suffix('*') {
-                Some(prefix) => (dotted(prefix.trim_end_matches('.')), true),
-                None => (dotted(p), false),
+                Some(prefix) => (key(prefix), true),
+                None => (key(p), false),
             })
             .collect();
         EventFilter { patterns }
     }
 
-    /// Refuses a pattern that is neither an event type (letters and dots: `toolStarted`,
-    /// `tool.started`) nor such a prefix ending in `*`: the message says which.
+    /// Refuses a pattern that names no event type: neither a type (`toolStarted`,
+    /// `tool.started`) nor the start of one followed by `*` (`tool*`); the message says which.
     pub fn check_pattern(pattern: &str) -> Result<(), String> {
-        let body = pattern.strip_suffix('*').unwrap_or(pattern);
-        if body.chars().all(|c| c.is_ascii_alphabetic() || c == '.') {
+        let (body, wildcard) = match pattern.strip_suffix('*') {
+            Some(prefix) => (prefix, true),
+            None => (pattern, false),
+        };
+        let wanted = key(body);
+        let known = body.chars().all(|c| c.is_ascii_alphabetic() || c == '.')
+            && EVENT_TYPES.iter().any(|t| {
+                let t = key(t);
+                if wildcard {
+                    t.starts_with(&wanted)
+                } else {
+                    t == wanted
+                }
+            });
+        if known {
             Ok(())
         } else {
             Err(format!(
-                "'{pattern}' is not an event type or a prefix ending in '*'"
+                "'{pattern}' is not an event type ({}) or the start of one followed by '*'",
+                EVENT_TYPES.join(", ")
             ))
         }
     }
 
+    /// Compares without building the event's key (called for every event of a stream).
     pub fn allows(&self, event_type: &str) -> bool {
         if self.patterns.is_empty() {
             return true;
         }
-        let name = dotted(event_type);
         self.patterns.iter().any(|(pattern, wildcard)| {
-            if *wildcard {
-                name.starts_with(pattern.as_str())
-            } else {
-                name == *pattern
-            }
+            let mut name = key_bytes(event_type);
+            pattern.bytes().all(|b| name.next() == Some(b)) && (*wildcard || name.next().is_none())
         })
     }
 }
@@ -91,10 +119,31 @@ const DEFAULT_USAGE_INTERVAL_MS: u64 = 5_000;
 const DEFAULT_HEARTBEAT_INTERVAL_MS: u64 = 30_000;
 const MIN_INTERVAL_MS: u64 = 100;
 
-/// Whether `stream_options` asks for the events format.
-pub fn wants_events(options: &Map<String, Value>) -> bool {
-    options.get("format").and_then(Value::as_str) == Some("events")
-        || EVENT_ONLY_OPTIONS.iter().any(|k| options.contains_key(*k))
+/// Whether `stream_options` asks for the events format: `format` says so, or an option only
+/// that format has is set. An unknown `format`, or `chunks` with such an option, is refused.
+pub fn wants_events(options: &Map<String, Value>) -> Result<bool, ExecutorError> {
+    let event_option = EVENT_ONLY_OPTIONS
+        .iter()
+        .find(|k| options.contains_key(**k));
+    match options.get("format") {
+        None | Some(Value::Null) => Ok(event_option.is_some()),
+        Some(Value::String(format)) if format.eq_ignore_ascii_case("events") => Ok(true),
+        Some(Value::String(format)) if format.eq_ignore_ascii_case("chunks") => {
+            match event_option {
+                None => Ok(false),
+                Some(option) => Err(ExecutorError::validation(
+                    "stream_options.format",
+                    format!(
+                        "{option} belongs to the events format: drop it or ask for format 'events'"
+                    ),
+                )),
+            }
+        }
+        Some(_) => Err(ExecutorError::validation(
+            "stream_options.format",
+            "format must be 'chunks' or 'events'",
+        )),
+    }
 }
 
 /// The events-format options, validated.
@@ -588,7 +637,16 @@ mod tests {
             EventOptions::parse(&options)
         };
         assert!(parse(json!(["toolStarted", "agent.*", "tool*", " usageUpdate "])).is_ok());
-        for bad in ["tool?", "tool-started", "*tool", "tool**"] {
+        for bad in [
+            "tool?",
+            "tool-started",
+            "*tool",
+            "tool**",
+            "nonsense",
+            "tool",
+            "x*",
+            "toolStarted.extra",
+        ] {
             match parse(json!(["toolStarted", bad])) {
                 Err(ExecutorError::Validation { param, message }) => {
                     assert_eq!(param, "stream_options.event_types[1]");
@@ -615,6 +673,39 @@ mod tests {
         assert!(!allows(&["tool*"], "agentStarted"));
         assert!(!allows(&["toolStarted"], "toolCompleted"));
         assert!(!allows(&["request.started"], "requestCompleted"));
+        // Any case, as DESIGN.md has enum values.
+        assert!(allows(&["toolstarted"], "toolStarted"));
+        assert!(allows(&["TOOLSTARTED"], "toolStarted"));
+        assert!(allows(&["Tool.Started"], "toolStarted"));
+        assert!(allows(&["TOOL*"], "toolFailed"));
+        assert!(!allows(&["toolstarted"], "toolStartedLater"));
+        for name in EVENT_TYPES {
+            assert!(EventFilter::check_pattern(name).is_ok(), "{name}");
+            assert!(EventFilter::check_pattern(&name.to_ascii_uppercase()).is_ok());
+        }
+        assert!(EventFilter::check_pattern("*").is_ok());
+        assert!(EventFilter::check_pattern("agent.inference.*").is_ok());
+    }
+
+    #[test]
+    fn the_format_is_chunks_or_events_and_event_options_need_events() {
+        let options = |value: Value| value.as_object().cloned().unwrap();
+        assert!(!wants_events(&options(json!({"include_usage": true}))).unwrap());
+        assert!(wants_events(&options(json!({"format": "Events"}))).unwrap());
+        assert!(wants_events(&options(json!({"event_types": ["tool*"]}))).unwrap());
+        assert!(!wants_events(&options(json!({"format": "chunks"}))).unwrap());
+        for refused in [
+            json!({"format": "bogus"}),
+            json!({"format": 3}),
+            json!({"format": "chunks", "event_types": ["tool*"]}),
+        ] {
+            match wants_events(&options(refused.clone())) {
+                Err(ExecutorError::Validation { param, .. }) => {
+                    assert_eq!(param, "stream_options.format", "{refused}")
+                }
+                other => panic!("{refused}: {other:?}"),
+            }
+        }
     }
 
     #[test]

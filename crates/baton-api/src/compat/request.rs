@@ -258,17 +258,24 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
 
 pub(crate) fn message(wire: WireMessage, index: usize) -> Result<Message, ApiError> {
     let param = format!("messages[{index}]");
-    let role = match wire.role.as_str() {
-        "system" | "developer" => Role::System,
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        "tool" => Role::Tool,
-        other => {
-            return Err(invalid(
-                format!("{param}.role"),
-                format!("unknown role '{other}': use system, user, assistant or tool"),
-            ));
-        }
+    // Enum values are read in any case (DESIGN.md "Name and wire conventions").
+    let is = |name: &str| wire.role.eq_ignore_ascii_case(name);
+    let role = if is("system") || is("developer") {
+        Role::System
+    } else if is("user") {
+        Role::User
+    } else if is("assistant") {
+        Role::Assistant
+    } else if is("tool") {
+        Role::Tool
+    } else {
+        return Err(invalid(
+            format!("{param}.role"),
+            format!(
+                "unknown role '{}': use system, user, assistant or tool",
+                wire.role
+            ),
+        ));
     };
     let content = match wire.content {
         None | Some(Value::Null) => Vec::new(),
@@ -427,12 +434,13 @@ fn tool(wire: WireTool, index: usize) -> Result<AnyTool, ApiError> {
 
 fn tool_choice(value: &Value) -> Result<ToolChoice, ApiError> {
     match value {
-        Value::String(s) => match s.as_str() {
-            "auto" => Ok(ToolChoice::Auto),
-            "none" => Ok(ToolChoice::None),
-            "required" => Ok(ToolChoice::Required),
-            other => Err(invalid("tool_choice", format!("unknown tool_choice '{other}': use auto, none, required or a function"))),
-        },
+        Value::String(s) if s.eq_ignore_ascii_case("auto") => Ok(ToolChoice::Auto),
+        Value::String(s) if s.eq_ignore_ascii_case("none") => Ok(ToolChoice::None),
+        Value::String(s) if s.eq_ignore_ascii_case("required") => Ok(ToolChoice::Required),
+        Value::String(other) => Err(invalid(
+            "tool_choice",
+            format!("unknown tool_choice '{other}': use auto, none, required or a function"),
+        )),
         Value::Object(_) => value
             .pointer("/function/name")
             .and_then(Value::as_str)
@@ -542,6 +550,19 @@ mod tests {
         assert_eq!(parsed.customer.as_deref(), Some("u-1"));
         assert_eq!(parsed.nonce.as_deref(), Some("n1"));
         assert!(parsed.inference.stream_usage);
+    }
+
+    #[test]
+    fn roles_and_tool_choices_are_read_in_any_case() {
+        let parsed = parse_json(json!({
+            "model": "openai/gpt-4o-mini",
+            "messages": [{"role": "SYSTEM", "content": "s"}, {"role": "User", "content": "hi"}],
+            "tool_choice": "AUTO"
+        }))
+        .unwrap();
+        let roles: Vec<Role> = parsed.inference.messages.iter().map(|m| m.role).collect();
+        assert_eq!(roles, [Role::System, Role::User]);
+        assert_eq!(parsed.inference.tool_choice, Some(ToolChoice::Auto));
     }
 
     #[test]

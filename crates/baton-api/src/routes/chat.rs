@@ -125,7 +125,7 @@ async fn serve_chat(
         .stream
         .then(|| state.streams.acquire(&principal.tenant))
         .transpose()?;
-    let event_options = (parsed.stream && chat_events::wants_events(&parsed.stream_options))
+    let event_options = (parsed.stream && chat_events::wants_events(&parsed.stream_options)?)
         .then(|| EventOptions::parse(&parsed.stream_options))
         .transpose()?;
     let mut inference: InferenceRequest = parsed.inference;
