@@ -667,6 +667,36 @@ async fn mcp_servers_are_registered_discovered_imported_and_called() {
         )
         .await;
     unknown.error(400, "VALIDATION_ERROR");
+    // A refused import writes nothing: not the connection, not the names before the conflict.
+    let after = s
+        .ok(Method::GET, &format!("/api/v1/mcp-servers/{sid}"), None)
+        .await;
+    assert_eq!(after["lastConnectedAt"], server["lastConnectedAt"]);
+    let squatter = s
+        .ok(
+            Method::POST,
+            "/api/v1/tools",
+            Some(json!({"name": "fail", "toolType": "External", "webUrl": "https://example.com/fail"})),
+        )
+        .await;
+    s.call(
+        Method::POST,
+        &format!("/api/v1/mcp-servers/{sid}/import"),
+        Some(json!({"toolNames": ["add", "fail"]})),
+    )
+    .await
+    .error(409, "ALREADY_EXISTS");
+    let library = s.ok(Method::GET, "/api/v1/tools", None).await;
+    assert!(
+        library
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["name"] != "add"),
+        "{library}"
+    );
+    let squatter = format!("/api/v1/tools/{}", squatter["id"].as_str().unwrap());
+    assert_eq!(s.app.delete(&squatter, &s.key).await.status, 204);
     let imported = s
         .ok(
             Method::POST,

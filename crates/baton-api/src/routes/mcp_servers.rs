@@ -108,11 +108,13 @@ pub async fn delete_mcp_server(
 
 /// The server's tools, fetched now: `(server with real headers, its tools)`. A successful
 /// connection is recorded (`discoveredToolCount`, `lastConnectedAt`).
+/// Lists the server's tools. The successful connection is recorded by the caller, once the
+/// request has passed its checks (a refused import writes nothing).
 async fn fetch_tools(
     state: &AppState,
     tenant: &baton_domain::TenantId,
     id: &str,
-) -> ApiResult<(McpServer, Vec<baton_tools::DiscoveredTool>)> {
+) -> ApiResult<Vec<baton_tools::DiscoveredTool>> {
     let server = state.store.get_mcp_server(tenant, id).await?;
     let url = url::Url::parse(&server.url)
         .map_err(|e| ApiError::Internal(format!("stored MCP server URL: {e}")))?;
@@ -128,11 +130,7 @@ async fn fetch_tools(
                 code: "MCP_SERVER_ERROR",
                 message: format!("MCP server '{}' could not be listed: {e}", server.name),
             })?;
-    let server = state
-        .store
-        .record_mcp_discovery(tenant, id, tools.len())
-        .await?;
-    Ok((server, tools))
+    Ok(tools)
 }
 
 /// Connects to the server (through the outbound guard, with its headers) and lists its tools.
@@ -149,7 +147,11 @@ pub async fn discover_mcp_tools(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<axum::Json<Vec<DiscoveredTool>>> {
-    let (_, tools) = fetch_tools(&state, &principal.tenant, &id).await?;
+    let tools = fetch_tools(&state, &principal.tenant, &id).await?;
+    state
+        .store
+        .record_mcp_discovery(&principal.tenant, &id, tools.len())
+        .await?;
     let library = state.store.list_tools(&principal.tenant).await?;
     let imported = |name: &str| {
         library
@@ -197,7 +199,7 @@ pub async fn import_mcp_tools(
     }
     // Load before connecting: an unknown server is a 404 without a network call.
     state.store.get_mcp_server(tenant, &id).await?;
-    let (_, offered) = fetch_tools(&state, tenant, &id).await?;
+    let offered = fetch_tools(&state, tenant, &id).await?;
     let mut chosen = Vec::with_capacity(body.tool_names.len());
     for (i, name) in body.tool_names.iter().enumerate() {
         let param = format!("toolNames[{i}]");
@@ -221,12 +223,13 @@ pub async fn import_mcp_tools(
         })?;
         chosen.push(valid);
     }
+    // Every name is checked before the first write: a conflict imports none of them.
     let library = state.store.list_tools(tenant).await?;
-    let mut imported = Vec::with_capacity(chosen.len());
+    let mut plan = Vec::with_capacity(chosen.len());
     for tool in chosen {
-        let saved = match library.iter().find(|t| t.name == tool.name) {
+        match library.iter().find(|t| t.name == tool.name) {
             Some(existing) if existing.config.mcp_server_id.as_deref() == Some(id.as_str()) => {
-                state.store.update_tool(tenant, &existing.id, &tool).await?
+                plan.push((Some(existing.id.clone()), tool));
             }
             Some(_) => {
                 return Err(ApiError::Conflict {
@@ -237,10 +240,30 @@ pub async fn import_mcp_tools(
                     ),
                 });
             }
-            None => state.store.create_tool(tenant, &tool).await?,
-        };
-        imported.push(saved);
+            None => plan.push((None, tool)),
+        }
     }
+    state
+        .store
+        .record_mcp_discovery(tenant, &id, offered.len())
+        .await?;
+    let mut imported = Vec::with_capacity(plan.len());
+    let mut saved = Ok(());
+    for (existing, tool) in plan {
+        let written = match existing {
+            Some(existing) => state.store.update_tool(tenant, &existing, &tool).await,
+            None => state.store.create_tool(tenant, &tool).await,
+        };
+        match written {
+            Ok(tool) => imported.push(tool),
+            Err(error) => {
+                saved = Err(error);
+                break;
+            }
+        }
+    }
+    // Whatever was written is seen by the next run, also when a write failed.
     state.engine.forget_tools(tenant);
+    saved?;
     Ok(axum::Json(imported))
 }
