@@ -826,6 +826,35 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
         child_run.cancelled_at.is_some(),
         "the sub-agent stopped too"
     );
+    // The sub-agent carries the Cancelled flag and is found by its filter.
+    let entry = s
+        .ok(Method::GET, &format!("/api/v1/llm-logs/{child_id}"), None)
+        .await;
+    assert_eq!(entry["cancelled"], true, "{entry}");
+    let listed = s
+        .ok(Method::GET, "/api/v1/llm-logs?cancelled=true", None)
+        .await;
+    let ids: Vec<&str> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert!(
+        ids.contains(&child_id.as_str()) && ids.contains(&run_id.as_str()),
+        "{ids:?}"
+    );
+    let listed = s
+        .ok(Method::GET, "/api/v1/llm-logs?cancelled=false", None)
+        .await;
+    assert!(
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["id"] != child_id.as_str()),
+        "{listed}"
+    );
     // A finished run cannot be cancelled again, and the answer does not invite a retry.
     let error = s
         .call(Method::POST, &format!("/api/v1/runs/{run_id}/cancel"), None)

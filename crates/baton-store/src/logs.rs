@@ -118,7 +118,8 @@ impl From<SummaryRow> for RunSummary {
             fallback_used: r.fallback_used,
             was_cached: r.was_cached,
             detail_dropped: r.detail_dropped,
-            cancelled: r.cancel_requested_at.is_some(),
+            // Asked to stop, or stopped because a run above it was.
+            cancelled: r.cancel_requested_at.is_some() || r.cancelled_at.is_some(),
             cancel_requested_at: r.cancel_requested_at.map(from_millis),
             cancelled_at: r.cancelled_at.map(from_millis),
             created_at: from_millis(r.created_at),
@@ -169,8 +170,18 @@ fn filter_condition(tenant: &TenantId, filter: &LogFilter) -> Condition {
         condition = condition.add(runs::Column::ParentId.eq(parent.as_str()));
     }
     match filter.cancelled {
-        Some(true) => condition = condition.add(runs::Column::CancelRequestedAt.is_not_null()),
-        Some(false) => condition = condition.add(runs::Column::CancelRequestedAt.is_null()),
+        Some(true) => {
+            condition = condition.add(
+                Condition::any()
+                    .add(runs::Column::CancelRequestedAt.is_not_null())
+                    .add(runs::Column::CancelledAt.is_not_null()),
+            );
+        }
+        Some(false) => {
+            condition = condition
+                .add(runs::Column::CancelRequestedAt.is_null())
+                .add(runs::Column::CancelledAt.is_null());
+        }
         None => {}
     }
     condition

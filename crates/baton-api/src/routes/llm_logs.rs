@@ -403,7 +403,8 @@ impl LogEntryDetail {
             },
             feedback_score: None,
             detail_dropped: run.detail_dropped,
-            cancelled: run.cancel_requested_at.is_some(),
+            // Asked to stop, or stopped because a run above it was.
+            cancelled: run.cancel_requested_at.is_some() || run.cancelled_at.is_some(),
             cancel_requested_at: run.cancel_requested_at,
             cancelled_at: run.cancelled_at,
             cancel_requested_by: run.cancel_requested_by,
