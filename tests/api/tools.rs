@@ -527,6 +527,30 @@ async fn bad_arguments_go_back_to_the_model_and_max_tool_calls_ends_the_loop() {
             .any(|w| w["code"] == "MAX_TOOL_CALLS_REACHED"),
         "{run}"
     );
+    // The model's last calls were not run: the answer does not claim them.
+    assert_eq!(run["finishReason"], "stop");
+
+    // maxToolCalls 0: no tool turn at all; the model is asked to answer without tools from its
+    // first call, and a call it makes anyway is not run.
+    let none = s
+        .flow(
+            "No tools",
+            json!({"template": "t", "toolIds": [id], "maxToolCalls": 0, "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    let (calls_before, hits_before) = (s.mock.received().len(), s.host.requests().len());
+    s.mock.push(calls(&[("c4", "count", json!({"n": 9}))]));
+    let run = s.run(&none, json!({}), &[]).await;
+    let received = s.mock.received();
+    assert_eq!(received.len(), calls_before + 1);
+    assert_eq!(received[calls_before].body["tool_choice"], "none");
+    assert_eq!(s.host.requests().len(), hits_before);
+    assert_eq!(run["finishReason"], "stop");
+    assert_eq!(run["toolCalls"], json!([]));
+    assert_eq!(
+        run["warnings"][0]["code"], "MAX_TOOL_CALLS_REACHED",
+        "{run}"
+    );
 }
 
 #[tokio::test]

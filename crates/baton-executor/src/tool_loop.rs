@@ -7,7 +7,8 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use baton_domain::chat::{
-    ContentPart, InferenceRequest, InferenceResponse, Message, Role, ToolCall, ToolChoice, Usage,
+    ContentPart, FinishReason, InferenceRequest, InferenceResponse, Message, Role, ToolCall,
+    ToolChoice, Usage,
 };
 use baton_domain::run::{RunWarning, ToolCallRecord};
 use baton_domain::tool::ToolType;
@@ -95,6 +96,10 @@ pub async fn run_tool_loop<M: ModelTurns>(
     let mut warnings = Vec::new();
     let mut turn: u32 = 0;
     let mut last_text = String::new();
+    if max_iterations == 0 {
+        // No tool turn allowed at all: the model is asked to answer without calling any.
+        request.tool_choice = Some(ToolChoice::None);
+    }
     loop {
         let mut response = match model.call(request).await {
             Ok(response) => response,
@@ -115,8 +120,13 @@ pub async fn run_tool_loop<M: ModelTurns>(
         let limit_reached = turn >= max_iterations;
         if response.tool_calls.is_empty() || limit_reached {
             if limit_reached && !response.tool_calls.is_empty() {
-                // Told to stop, it asked again: its calls are not run.
+                // Told to stop, it asked again: its calls are not run, and the answer is what
+                // it said (a finish reason of `tool_calls` would promise calls that never come).
                 response.tool_calls.clear();
+                response.finish_reason = FinishReason::Stop;
+                if max_iterations == 0 {
+                    warnings.push(limit_warning(max_iterations));
+                }
             }
             response.usage = usage;
             return Ok(LoopOutcome {
@@ -163,14 +173,18 @@ pub async fn run_tool_loop<M: ModelTurns>(
         if turn >= max_iterations {
             request.tool_choice = Some(ToolChoice::None);
             request.messages.push(Message::text(Role::User, LIMIT_NOTE));
-            warnings.push(RunWarning {
-                code: "MAX_TOOL_CALLS_REACHED".into(),
-                message: format!(
-                    "the model used all {max_iterations} tool turns (maxToolCalls); it was asked to answer without more tools"
-                ),
-                parameter: Some("maxToolCalls".into()),
-            });
+            warnings.push(limit_warning(max_iterations));
         }
+    }
+}
+
+fn limit_warning(max_iterations: u32) -> RunWarning {
+    RunWarning {
+        code: "MAX_TOOL_CALLS_REACHED".into(),
+        message: format!(
+            "the model used all {max_iterations} tool turns (maxToolCalls); it was asked to answer without more tools"
+        ),
+        parameter: Some("maxToolCalls".into()),
     }
 }
 
