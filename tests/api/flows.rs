@@ -126,6 +126,44 @@ async fn the_flow_lifecycle_pins_prompts_to_environments() {
     app.put(&template(&v1, "Main"), &api.key, json!({"template": "x"}))
         .await
         .error(400, "VALIDATION_ERROR");
+    // Models must be ones a run can resolve: an alias of the tenant, or a known provider's.
+    for (body, param) in [
+        (json!({"template": "x", "llm": "nosuch/model"}), "llm"),
+        (json!({"template": "x", "llm": "two words"}), "llm"),
+        (
+            json!({"template": "x", "llm": "openai/gpt-4o-mini", "fallbacks": ["anthropic", "nosuch/x"]}),
+            "fallbacks[1]",
+        ),
+    ] {
+        let error = app
+            .put(&template(&v1, "models"), &api.key, body.clone())
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(error["param"], param, "{body}");
+    }
+    let error = app
+        .put(
+            &format!("/api/v1/flows/{slug}"),
+            &api.key,
+            json!({"classifierModel": "nosuch/x"}),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(error["param"], "classifierModel");
+    api.post(
+        "/api/v1/routing-rules",
+        json!({"alias": "team/fast", "models": ["openai/gpt-4o-mini"]}),
+    )
+    .await;
+    api.put(
+        &template(&v1, "models"),
+        json!({"template": "x", "llm": "team/fast", "fallbacks": ["google"]}),
+    )
+    .await;
+    assert_eq!(
+        app.delete(&template(&v1, "models"), &api.key).await.status,
+        204
+    );
 
     // Parameters: the entrypoint's, with sub-templates named.
     let parameters = api.get(&format!("/api/v1/flows/{slug}/parameters")).await;

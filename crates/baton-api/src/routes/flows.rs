@@ -78,6 +78,9 @@ pub async fn update_flow(
     Json(patch): Json<FlowPatch>,
 ) -> ApiResult<axum::Json<Flow>> {
     let patch = patch.validate()?;
+    if let Some(Some(model)) = &patch.classifier_model {
+        check_model_name(&state, &principal.tenant, model, "classifierModel").await?;
+    }
     let updated = state
         .store
         .update_flow(&principal.tenant, &flow, &patch)
@@ -336,6 +339,18 @@ pub async fn put_template(
         baton_providers::structured::OutputSchema::compile(schema)
             .map_err(|e| ApiError::validation("responseSchema", e))?;
     }
+    if let Some(llm) = &template.llm {
+        check_model_name(&state, &principal.tenant, llm, "llm").await?;
+    }
+    for (i, fallback) in template.fallbacks.iter().enumerate() {
+        check_model_name(
+            &state,
+            &principal.tenant,
+            fallback,
+            &format!("fallbacks[{i}]"),
+        )
+        .await?;
+    }
     check_tool_ids(&state, &principal.tenant, &template.tool_ids).await?;
     // The version with this template in place must still compose without a cycle.
     let current = state
@@ -359,6 +374,48 @@ pub async fn put_template(
         StatusCode::OK
     };
     Ok((status, axum::Json(template)))
+}
+
+/// Longest model name or alias a template or flow may name (provider ids run to ~100).
+const MAX_MODEL_NAME_LEN: usize = 200;
+
+/// A model a template or flow names must be one a run can resolve: a routing alias of the
+/// tenant (an alias must exist before it is named), a provider key, or `<provider>/<model>` of a
+/// known provider. A typo in a fallback otherwise failed every run at its first call, however
+/// healthy the primary model.
+async fn check_model_name(
+    state: &AppState,
+    tenant: &baton_domain::TenantId,
+    name: &str,
+    param: &str,
+) -> ApiResult<()> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Ok(());
+    }
+    if name.len() > MAX_MODEL_NAME_LEN {
+        return Err(ApiError::validation(
+            param,
+            format!("{param} is longer than {MAX_MODEL_NAME_LEN} bytes"),
+        ));
+    }
+    if state
+        .engine
+        .routing_rules(tenant)
+        .await?
+        .get(name)
+        .is_some()
+    {
+        return Ok(());
+    }
+    baton_providers::routing::resolve::concrete(name, param, &state.providers)
+        .map(|_| ())
+        .map_err(|e| {
+            ApiError::validation(
+                param,
+                format!("'{name}' is neither a routing alias of this tenant nor a model of a known provider ({e})"),
+            )
+        })
 }
 
 #[utoipa::path(delete, path = "/api/v1/flows/{flowId}/versions/{versionId}/templates/{name}", tag = "flows",
