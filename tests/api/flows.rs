@@ -88,6 +88,35 @@ async fn the_flow_lifecycle_pins_prompts_to_environments() {
         .post("/api/v1/flows", json!({"title": "Support  bot!"}))
         .await;
     assert_eq!(twin["name"], "support-bot-2");
+    // Its empty entrypoint renders to nothing: activating it would fail every run.
+    let twin_versions = api.get("/api/v1/flows/support-bot-2/versions").await;
+    let twin_v1 = twin_versions[0]["id"].as_str().unwrap();
+    let activate = format!("/api/v1/flows/support-bot-2/versions/{twin_v1}/environments");
+    let error = app
+        .post(&activate, &api.key, json!({"environment": "staging"}))
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(error["param"], "versionId");
+    api.put(
+        &format!("/api/v1/flows/support-bot-2/versions/{twin_v1}/templates/main"),
+        json!({"template": "Hi"}),
+    )
+    .await;
+    let error = app
+        .post(
+            &activate,
+            &api.key,
+            json!({"environment": "staging", "comment": "x".repeat(2_001)}),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(error["param"], "comment");
+    let twin = api.get("/api/v1/flows/support-bot-2").await;
+    assert_eq!(
+        twin["activeVersions"],
+        json!({}),
+        "refused: nothing activated"
+    );
 
     let template =
         |v: &str, name: &str| format!("/api/v1/flows/{slug}/versions/{v}/templates/{name}");
@@ -164,6 +193,25 @@ async fn the_flow_lifecycle_pins_prompts_to_environments() {
         app.delete(&template(&v1, "models"), &api.key).await.status,
         204
     );
+    // Templates nested deeper than rendering goes are refused when saved.
+    for i in 0..=16 {
+        api.put(
+            &template(&v1, &format!("d{i}")),
+            json!({"template": format!("[[d{}]]", i + 1)}),
+        )
+        .await;
+    }
+    let error = app
+        .put(&template(&v1, "d17"), &api.key, json!({"template": "end"}))
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert!(
+        error["message"].as_str().unwrap().contains("nested"),
+        "{error}"
+    );
+    for i in 0..=16 {
+        app.delete(&template(&v1, &format!("d{i}")), &api.key).await;
+    }
 
     // Parameters: the entrypoint's, with sub-templates named.
     let parameters = api.get(&format!("/api/v1/flows/{slug}/parameters")).await;

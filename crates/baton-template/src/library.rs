@@ -238,10 +238,34 @@ impl Library {
 
         let order = children_first(&compiled)?;
         let mut expanded = vec![(0, 0); compiled.len()];
+        // How deep each template's includes go (0: it includes none).
+        let mut nesting = vec![0usize; compiled.len()];
         for index in order {
             let template = &mut compiled[index];
             template.system.compute_sizes(&expanded);
             expanded[index] = (template.system.fixed_len, template.system.expansions);
+            nesting[index] = template
+                .system
+                .includes()
+                .map(|child| nesting[child].saturating_add(1))
+                .max()
+                .unwrap_or(0);
+        }
+        // A set nested deeper than rendering goes is refused when saved, not at every run.
+        for template in &compiled {
+            let deepest = template
+                .system
+                .includes()
+                .chain(template.user.iter().flat_map(Text::includes))
+                .map(|child| nesting[child].saturating_add(1))
+                .max()
+                .unwrap_or(0);
+            if deepest > MAX_DEPTH {
+                return Err((
+                    template.name.clone(),
+                    TemplateError::TooDeep { limit: MAX_DEPTH },
+                ));
+            }
         }
         for template in &mut compiled {
             if let Some(user) = &mut template.user {

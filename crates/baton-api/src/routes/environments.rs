@@ -9,7 +9,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::{Json, Query};
-use crate::routes::flows::known_environment;
+use crate::routes::flows::{activation_comment, known_environment};
 use crate::state::AppState;
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -169,6 +169,7 @@ pub async fn promote_environment(
             "source and target environments are the same",
         ));
     }
+    let comment = activation_comment(body.comment.as_deref())?;
     let flows = match &body.flow_ids {
         None => state
             .store
@@ -196,11 +197,6 @@ pub async fn promote_environment(
             named
         }
     };
-    let comment = body
-        .comment
-        .as_deref()
-        .map(str::trim)
-        .filter(|c| !c.is_empty());
     let mut promoted = Vec::with_capacity(flows.len());
     for flow in flows {
         let Some(version_id) = flow.active_versions.get(&source).cloned() else {

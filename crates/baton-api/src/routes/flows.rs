@@ -217,12 +217,23 @@ pub async fn activate_version(
             ),
         ));
     }
-    compile(&draft.templates)?;
-    let comment = body
-        .comment
-        .as_deref()
-        .map(str::trim)
-        .filter(|c| !c.is_empty());
+    let library = compile(&draft.templates)?;
+    // An entrypoint that renders to nothing, whatever the parameters, would fail every run.
+    let rendered = library
+        .render(&draft.entrypoint, &std::collections::HashMap::new())
+        .map_err(|e| ApiError::validation("versionId", e.to_string()))?;
+    if rendered.system.trim().is_empty()
+        && rendered.user.as_deref().is_none_or(|u| u.trim().is_empty())
+    {
+        return Err(ApiError::validation(
+            "versionId",
+            format!(
+                "the entrypoint '{}' renders to nothing to send: give it a template or userTemplate first",
+                draft.entrypoint
+            ),
+        ));
+    }
+    let comment = activation_comment(body.comment.as_deref())?;
     let activated = state
         .store
         .activate_version(
@@ -236,6 +247,23 @@ pub async fn activate_version(
         .await;
     state.engine.forget_flows(&principal.tenant);
     Ok(axum::Json(activated?))
+}
+
+/// Longest activation or promotion comment.
+const MAX_COMMENT_CHARS: usize = 2_000;
+
+/// An activation's or promotion's comment, trimmed; blank is none.
+pub(crate) fn activation_comment(raw: Option<&str>) -> ApiResult<Option<&str>> {
+    let comment = raw.map(str::trim).filter(|c| !c.is_empty());
+    if let Some(comment) = comment
+        && comment.chars().count() > MAX_COMMENT_CHARS
+    {
+        return Err(ApiError::validation(
+            "comment",
+            format!("comment is longer than {MAX_COMMENT_CHARS} characters"),
+        ));
+    }
+    Ok(comment)
 }
 
 /// The environment must exist (`POST /api/v1/environments`); its stored spelling is returned.
