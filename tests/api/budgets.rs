@@ -485,3 +485,98 @@ async fn a_call_holding_budget_leaves_a_row_whose_hold_the_abandoned_run_sweep_g
     assert_eq!(period["spentCredits"], per_call);
     assert_eq!(period["reservedCredits"], 0);
 }
+
+/// Waits until the log holds `runs` finished runs of the default tenant.
+async fn logged(app: &TestApp, runs: usize) {
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    for _ in 0..200 {
+        let listed = app.store.list_runs(&tenant).await.unwrap();
+        if listed.len() >= runs && listed.iter().all(|r| r.completed_at.is_some()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{runs} runs were never logged");
+}
+
+#[tokio::test]
+async fn a_budget_counts_its_period_from_the_log_and_alerts_again_after_its_limit_is_raised() {
+    let receiver = WebhookReceiver::start(0).await.unwrap();
+    let address = receiver.addr();
+    let (app, mock) = app_with_mock_and(move |config| {
+        config.outbound_allowed.push(address);
+        config.retention.alert_resend_after_secs = 0;
+        config.retention.alert_sweep_interval_secs = 1;
+    })
+    .await;
+    let key = app.default_tenant.api_key.clone();
+    let per_call = credits_per_call(&app).await;
+    let tagged = [("X-Baton-Tags", "Proj:h")];
+    // Spent before the budget exists: three tagged calls, one untagged.
+    for headers in [&tagged[..], &tagged[..], &tagged[..], &[]] {
+        mock.push(Reply::text("spent").with_usage(1000, 500));
+        assert_eq!(chat(&app, headers).await.status, 200);
+    }
+    logged(&app, 4).await;
+
+    let budget = app
+        .post(
+            "/api/v1/budgets",
+            &key,
+            json!({"name": "Project", "period": "Month", "limitCredits": per_call * 3,
+                   "tag": "Proj:h", "hardLimit": true, "alertThresholdsPercent": [100],
+                   "webhookUrl": receiver.url()}),
+        )
+        .await
+        .json();
+    let id = budget["id"].as_str().unwrap().to_string();
+    assert_eq!(
+        budget["currentPeriod"]["spentCredits"],
+        per_call * 3,
+        "the period's tagged spend so far: {budget}"
+    );
+    assert_eq!(
+        chat(&app, &tagged).await.status,
+        402,
+        "the limit is reached"
+    );
+    // The threshold it was created past is alerted (by the sweep).
+    wait_for_deliveries(&receiver, 1, Duration::from_secs(10)).await;
+    assert_eq!(receiver.deliveries().len(), 1);
+
+    // A raised limit: room again, and reaching it alerts again.
+    let raised = json!({"name": "Project", "period": "Month", "limitCredits": per_call * 5,
+                        "tag": "Proj:h", "hardLimit": true, "alertThresholdsPercent": [100],
+                        "webhookUrl": receiver.url()});
+    let updated = app
+        .put(&format!("/api/v1/budgets/{id}"), &key, raised.clone())
+        .await
+        .json();
+    assert_eq!(updated["currentPeriod"]["spentCredits"], per_call * 3);
+    for n in 5..=6 {
+        mock.push(Reply::text("spent").with_usage(1000, 500));
+        assert_eq!(chat(&app, &tagged).await.status, 200);
+        settled(&app, &id, n).await;
+    }
+    wait_for_deliveries(&receiver, 2, Duration::from_secs(10)).await;
+    let deliveries = receiver.deliveries();
+    assert_eq!(deliveries.len(), 2, "{deliveries:?}");
+    let second: Value = serde_json::from_slice(&deliveries[1].body).unwrap();
+    assert_eq!(second["limitCredits"], per_call * 5);
+    assert_eq!(second["thresholdPercent"], 100);
+
+    // Another period counts that period's spend from the log (all of it is today's).
+    let mut daily = raised;
+    daily["period"] = json!("Day");
+    let daily = app
+        .put(&format!("/api/v1/budgets/{id}"), &key, daily)
+        .await
+        .json();
+    assert_eq!(daily["currentPeriod"]["spentCredits"], per_call * 5);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        receiver.deliveries().len(),
+        3,
+        "the daily period's 100% is a threshold of its own"
+    );
+}

@@ -8,7 +8,7 @@ use baton_domain::budget::{Budget, BudgetHold, BudgetPeriod, BudgetWindow, Valid
 use baton_domain::credits::Credits;
 use baton_domain::run::{RunRecord, RunStatus};
 use baton_domain::{TenantId, Timestamp, new_id};
-use sea_orm::sea_query::{Expr, ExprTrait, OnConflict, SimpleExpr};
+use sea_orm::sea_query::{Alias, Expr, ExprTrait, Func, OnConflict, Query, SimpleExpr};
 use sea_orm::{
     ActiveModelTrait, ColumnTrait, ConnectionTrait, EntityTrait, QueryFilter, QueryOrder,
     QuerySelect, Set,
@@ -16,7 +16,7 @@ use sea_orm::{
 
 use baton_ledger::{budget_window, reached_thresholds};
 
-use crate::entity::{budget_alerts, budget_charges, budget_windows, budgets};
+use crate::entity::{budget_alerts, budget_charges, budget_windows, budgets, run_tags, runs};
 use crate::error::{StoreError, on_unique};
 use crate::time::{from_millis, to_millis};
 use crate::{Store, StoreResult};
@@ -88,6 +88,139 @@ async fn ensure_window<C: ConnectionTrait>(
     Ok(())
 }
 
+/// An alert row for `threshold` of a budget's period, not yet sent.
+fn new_alert(
+    budget_id: &str,
+    window_start: i64,
+    threshold: u32,
+    tenant: &str,
+    spent: i64,
+) -> budget_alerts::ActiveModel {
+    budget_alerts::ActiveModel {
+        budget_id: Set(budget_id.to_string()),
+        window_start: Set(window_start),
+        threshold: Set(i32::try_from(threshold).unwrap_or(i32::MAX)),
+        tenant_id: Set(tenant.to_string()),
+        spent_credits: Set(spent),
+        created_at: Set(to_millis(Timestamp::now())),
+        delivered_at: Set(None),
+        attempts: Set(0),
+        last_error: Set(None),
+        leased_until: Set(0),
+        retry_at: Set(None),
+    }
+}
+
+/// Records an alert once per budget, period and threshold; returns whether it is new.
+async fn insert_alert<C: ConnectionTrait>(
+    conn: &C,
+    alert: budget_alerts::ActiveModel,
+) -> StoreResult<bool> {
+    let inserted = budget_alerts::Entity::insert(alert)
+        .on_conflict(
+            OnConflict::columns([
+                budget_alerts::Column::BudgetId,
+                budget_alerts::Column::WindowStart,
+                budget_alerts::Column::Threshold,
+            ])
+            .do_nothing()
+            .to_owned(),
+        )
+        .exec_without_returning(conn)
+        .await?;
+    Ok(inserted == 1)
+}
+
+/// What the budget's scope (customer, tag) spent from `start` to `end` (ms), read from the
+/// invocation log.
+async fn logged_spend<C: ConnectionTrait>(
+    conn: &C,
+    tenant: &str,
+    budget: &Budget,
+    start: i64,
+    end: i64,
+) -> StoreResult<i64> {
+    let mut query = runs::Entity::find()
+        .select_only()
+        .column_as(
+            Expr::expr(Func::coalesce([
+                Func::sum(Expr::col(runs::Column::CostCredits)).into(),
+                Expr::value(0),
+            ]))
+            .cast_as(Alias::new("BIGINT")),
+            "spent",
+        )
+        .filter(runs::Column::TenantId.eq(tenant))
+        .filter(runs::Column::CreatedAt.gte(start))
+        .filter(runs::Column::CreatedAt.lt(end));
+    if let Some(customer) = &budget.customer_id {
+        query = query.filter(runs::Column::CustomerExternalId.eq(customer.as_str()));
+    }
+    if let Some(tag) = &budget.tag {
+        query = query.filter(
+            runs::Column::Id.in_subquery(
+                Query::select()
+                    .column(run_tags::Column::RunId)
+                    .from(run_tags::Entity)
+                    .and_where(run_tags::Column::TenantId.eq(tenant))
+                    .and_where(run_tags::Column::Tag.eq(tag.as_str()))
+                    .to_owned(),
+            ),
+        );
+    }
+    let spent: Option<i64> = query.into_tuple().one(conn).await?;
+    Ok(spent.unwrap_or(0))
+}
+
+/// Brings the budget's current period in line with the budget as it now is: with `reseed`
+/// (a new budget, or another period or scope) its spend is what the log says was spent in the
+/// period so far (it counted only runs written after the budget existed, so a hard limit could
+/// be stepped around by creating a budget); alerts of thresholds no longer reached are dropped,
+/// so that after a raised limit they are sent again when reached; thresholds reached now and
+/// not yet alerted are recorded, for the alert sweep to send.
+async fn reconcile_current_period<C: ConnectionTrait>(
+    conn: &C,
+    tenant: &str,
+    budget: &Budget,
+    reseed: bool,
+) -> StoreResult<()> {
+    let (start, end) = budget_window(budget.period, Timestamp::now().0);
+    let (start, end) = (start.timestamp_millis(), end.timestamp_millis());
+    ensure_window(conn, tenant, &budget.id, start).await?;
+    if reseed {
+        let spent = logged_spend(conn, tenant, budget, start, end).await?;
+        budget_windows::Entity::update_many()
+            .col_expr(budget_windows::Column::SpentCredits, Expr::value(spent))
+            .filter(budget_windows::Column::BudgetId.eq(budget.id.as_str()))
+            .filter(budget_windows::Column::WindowStart.eq(start))
+            .exec(conn)
+            .await?;
+    }
+    let spent = budget_windows::Entity::find_by_id((budget.id.clone(), start))
+        .one(conn)
+        .await?
+        .map_or(0, |w| w.spent_credits);
+    let reached = reached_thresholds(
+        budget.limit_credits,
+        spent,
+        &budget.alert_thresholds_percent,
+    );
+    let reached_codes: Vec<i32> = reached
+        .iter()
+        .map(|t| i32::try_from(*t).unwrap_or(i32::MAX))
+        .collect();
+    budget_alerts::Entity::delete_many()
+        .filter(budget_alerts::Column::BudgetId.eq(budget.id.as_str()))
+        .filter(budget_alerts::Column::WindowStart.eq(start))
+        .filter(budget_alerts::Column::Threshold.is_not_in(reached_codes))
+        .exec(conn)
+        .await?;
+    for threshold in reached {
+        insert_alert(conn, new_alert(&budget.id, start, threshold, tenant, spent)).await?;
+    }
+    Ok(())
+}
+
 /// `reserved - credits`, never below zero. Built with the query builder, not custom SQL with
 /// `$n` placeholders: on SQLite those name the statement's n-th parameter, not the expression's.
 fn minus_reserved(credits: i64) -> Expr {
@@ -123,7 +256,9 @@ impl Store {
         .insert(self.conn())
         .await
         .map_err(on_unique("budget", &budget.name))?;
-        to_budget(model)
+        let created = to_budget(model)?;
+        reconcile_current_period(self.conn(), tenant.as_str(), &created, true).await?;
+        Ok(created)
     }
 
     pub async fn list_budgets(&self, tenant: &TenantId) -> StoreResult<Vec<Budget>> {
@@ -167,7 +302,9 @@ impl Store {
         id: &str,
         budget: &ValidBudget,
     ) -> StoreResult<Budget> {
-        let mut active: budgets::ActiveModel = self.find_budget_row(tenant, id).await?.into();
+        let row = self.find_budget_row(tenant, id).await?;
+        let before = to_budget(row.clone())?;
+        let mut active: budgets::ActiveModel = row.into();
         active.name = Set(budget.name.clone());
         active.period = Set(budget.period.as_str().to_string());
         active.limit_credits = Set(budget.limit_credits);
@@ -181,7 +318,12 @@ impl Store {
             .update(self.conn())
             .await
             .map_err(on_unique("budget", &budget.name))?;
-        to_budget(model)
+        let updated = to_budget(model)?;
+        let rescoped = before.period != updated.period
+            || before.customer_id != updated.customer_id
+            || before.tag != updated.tag;
+        reconcile_current_period(self.conn(), tenant.as_str(), &updated, rescoped).await?;
+        Ok(updated)
     }
 
     pub async fn delete_budget(&self, tenant: &TenantId, id: &str) -> StoreResult<()> {
@@ -397,31 +539,8 @@ impl Store {
                 spent,
                 &budget.alert_thresholds_percent,
             ) {
-                let inserted = budget_alerts::Entity::insert(budget_alerts::ActiveModel {
-                    budget_id: Set(budget_id.clone()),
-                    window_start: Set(start),
-                    threshold: Set(i32::try_from(threshold).unwrap_or(i32::MAX)),
-                    tenant_id: Set(tenant.clone()),
-                    spent_credits: Set(spent),
-                    created_at: Set(to_millis(Timestamp::now())),
-                    delivered_at: Set(None),
-                    attempts: Set(0),
-                    last_error: Set(None),
-                    leased_until: Set(0),
-                    retry_at: Set(None),
-                })
-                .on_conflict(
-                    OnConflict::columns([
-                        budget_alerts::Column::BudgetId,
-                        budget_alerts::Column::WindowStart,
-                        budget_alerts::Column::Threshold,
-                    ])
-                    .do_nothing()
-                    .to_owned(),
-                )
-                .exec_without_returning(conn)
-                .await?;
-                if inserted == 1 {
+                let alert = new_alert(&budget_id, start, threshold, &tenant, spent);
+                if insert_alert(conn, alert).await? {
                     alerts.push(BudgetAlert {
                         tenant: TenantId::new(tenant.clone()),
                         budget_id: budget_id.clone(),
