@@ -43,6 +43,15 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         .await
         .json();
     let a_key_id = a_key["id"].as_str().unwrap().to_string();
+    let a_user = app
+        .post(
+            "/api/v1/users",
+            &a_session,
+            json!({"email": format!("{marker}-user@a.example.com"), "password": "a's password"}),
+        )
+        .await;
+    assert_eq!(a_user.status, 201, "{}", a_user.text);
+    let a_user_id = a_user.json()["id"].as_str().unwrap().to_string();
     let settings = app
         .put("/api/v1/settings", &a.api_key, json!({"callbackOrigins": ["https://a-private-marker.example.com"], "defaultModel": format!("openai/{marker}")}))
         .await;
@@ -129,12 +138,30 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
     let budget_id = budget.json()["id"].as_str().unwrap().to_string();
 
     let before = snapshot(&app, &a.api_key, &a_session, &a_key_id, marker).await;
+    // B deleting or changing the password of A's user would end this session.
+    let a_user_session = app
+        .request(
+            Method::POST,
+            "/api/v1/auth/login",
+            None,
+            Some(json!({"email": format!("{marker}-user@a.example.com"), "password": "a's password"})),
+        )
+        .await
+        .json()["accessToken"]
+        .as_str()
+        .unwrap()
+        .to_string();
 
     // Every templated path, filled with A's ids.
     let fixtures: HashMap<&str, String> = HashMap::from([
         (
             "/api/v1/api-keys/{id}",
             format!("/api/v1/api-keys/{a_key_id}"),
+        ),
+        ("/api/v1/users/{id}", format!("/api/v1/users/{a_user_id}")),
+        (
+            "/api/v1/users/{id}/password",
+            format!("/api/v1/users/{a_user_id}/password"),
         ),
         (
             "/api/v1/customers/{externalId}",
@@ -271,6 +298,10 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             json!({"toolNames": ["x"]}),
         ),
         (
+            "/api/v1/users/{id}/password",
+            json!({"password": "b's new password"}),
+        ),
+        (
             "/api/v1/budgets/{id}",
             json!({"name": "b budget", "period": "Day", "limitCredits": 1}),
         ),
@@ -286,6 +317,7 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         "a@a.example.com",
         "a-private-marker-env",
         "a-private-marker-key",
+        "a-private-marker-user",
         "a-private-marker.example.com",
         "openai/a-private-marker",
         "a-private-marker-alias",
@@ -305,6 +337,7 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         version_id.as_str(),
         a.id.as_str(),
         a_key_id.as_str(),
+        a_user_id.as_str(),
     ];
     let mut checked = 0;
     for (method, path, needs_auth) in routes(&doc) {
@@ -384,6 +417,8 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
         2
     );
     let _: Value = app.get("/api/v1/customers", &a.api_key).await.json();
+    // A's user still exists with its password and its session.
+    assert_eq!(app.get("/api/v1/users", &a_user_session).await.status, 200);
 }
 
 /// Everything of A's that B's requests could have changed.
@@ -402,6 +437,7 @@ async fn snapshot(
         app.get(&format!("/api/v1/api-keys/{key_id}"), session)
             .await
             .text,
+        app.get("/api/v1/users", session).await.text,
         app.get("/api/v1/settings", key).await.text,
         app.get("/api/v1/routing-rules", key).await.text,
         app.get("/api/v1/flows", key).await.text,

@@ -33,5 +33,6 @@ mod serving;
 mod settings;
 mod statistics;
 mod tools;
+mod users;
 mod validation;
 mod vendor_tools;

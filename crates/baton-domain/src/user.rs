@@ -16,6 +16,9 @@ pub struct User {
     pub tenant_id: String,
     pub email: String,
     pub created_at: Timestamp,
+    /// When the password was last changed (sessions issued before then are refused); null
+    /// while it is the one the user was created with.
+    pub password_changed_at: Option<Timestamp>,
 }
 
 /// Emails are compared case-insensitively, so they are stored lowercased.
@@ -47,6 +50,13 @@ pub fn validate_password(password: &str) -> DomainResult<()> {
     Ok(())
 }
 
+/// The rules for a new user, shared by the CLI and the API: returns the normalised email.
+pub fn validate_new_user(email: &str, password: &str) -> DomainResult<String> {
+    let email = normalize_email(email)?;
+    validate_password(password)?;
+    Ok(email)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,5 +70,10 @@ mod tests {
         assert!(normalize_email("no-at-sign").is_err());
         assert!(validate_password("short").is_err());
         assert!(validate_password("long enough").is_ok());
+        assert_eq!(
+            validate_new_user("A@b.io", "long enough").unwrap(),
+            "a@b.io"
+        );
+        assert!(validate_new_user("A@b.io", "short").is_err());
     }
 }

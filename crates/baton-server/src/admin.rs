@@ -1,8 +1,8 @@
 //! Operator actions shared by start-up and the CLI: tenants, keys, users.
 
-use baton_api::auth::login::hash_password;
+use baton_api::auth::login::hash_password_blocking;
 use baton_domain::apikey::{GeneratedKey, KEY_PREFIX, from_secret, generate_key};
-use baton_domain::user::{User, normalize_email, validate_password};
+use baton_domain::user::{User, validate_new_user};
 use baton_store::api_keys::NewApiKey;
 use baton_store::tenants::Tenant;
 use baton_store::{Store, StoreError};
@@ -118,12 +118,9 @@ pub async fn create_user(
     password: &str,
 ) -> Result<User, ServerError> {
     let tenant = find_tenant(store, tenant_name).await?;
-    let email = normalize_email(email)?;
-    validate_password(password)?;
-    let password = password.to_string();
-    let hash = tokio::task::spawn_blocking(move || hash_password(&password))
+    let email = validate_new_user(email, password)?;
+    let hash = hash_password_blocking(password.to_string())
         .await
-        .map_err(|e| ServerError::Other(e.to_string()))?
         .map_err(ServerError::Other)?;
     Ok(store.create_user(&tenant.id, &email, &hash).await?)
 }

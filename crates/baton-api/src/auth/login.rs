@@ -78,6 +78,13 @@ pub fn hash_password(password: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
+/// [`hash_password`] on a blocking thread, so argon2 does not stall the request's runtime.
+pub async fn hash_password_blocking(password: String) -> Result<String, String> {
+    tokio::task::spawn_blocking(move || hash_password(&password))
+        .await
+        .map_err(|e| e.to_string())?
+}
+
 fn verify_password(password: &str, phc: &str) -> bool {
     PasswordHash::new(phc).is_ok_and(|hash| {
         Argon2::default()
@@ -121,12 +128,13 @@ pub async fn login(
     let valid = tokio::task::spawn_blocking(move || verify_password(&password, &phc))
         .await
         .map_err(|e| ApiError::Internal(format!("password check failed: {e}")))?;
-    let user = match found {
-        Some(credentials) if valid => credentials.user,
+    let credentials = match found {
+        Some(credentials) if valid => credentials,
         _ => return Err(wrong_credentials()),
     };
     let sessions = state.auth.sessions();
-    let access_token = sessions.issue(&user.id, &user.tenant_id)?;
+    let user = &credentials.user;
+    let access_token = sessions.issue(&user.id, &user.tenant_id, credentials.session_version)?;
     Ok(axum::Json(LoginResponse {
         access_token,
         token_type: "Bearer",

@@ -3,7 +3,10 @@
 //! API keys are looked up by SHA-256 and cached for a short while, so the hot path makes no
 //! database read; revocation drops the cached entry on this instance at once and on others
 //! within [`KEY_CACHE_TTL`]. Session tokens are HS256 JWTs with pinned algorithm, issuer,
-//! audience and expiry.
+//! audience and expiry; their user must still exist with the session version the token carries
+//! (a password change bumps it), checked through a cache of the same kind: deleting a user or
+//! changing a password refuses their sessions on this instance at once, on others within
+//! [`KEY_CACHE_TTL`].
 
 pub mod login;
 mod session;
@@ -65,9 +68,14 @@ struct CachedKey {
     last_touch_ms: AtomicI64,
 }
 
+/// A session's user: (tenant id, user id).
+type SessionUser = (String, String);
+
 pub struct Authenticator {
     store: Store,
     keys: Cache<String, Arc<CachedKey>>,
+    /// The current session version of each user seen lately; `None`: the user is gone.
+    session_versions: Cache<SessionUser, Option<i64>>,
     sessions: SessionKeys,
 }
 
@@ -77,9 +85,14 @@ impl Authenticator {
             .max_capacity(100_000)
             .time_to_live(KEY_CACHE_TTL)
             .build();
+        let session_versions = Cache::builder()
+            .max_capacity(100_000)
+            .time_to_live(KEY_CACHE_TTL)
+            .build();
         Self {
             store,
             keys,
+            session_versions,
             sessions,
         }
     }
@@ -110,16 +123,47 @@ impl Authenticator {
         if token.starts_with(KEY_PREFIX) {
             self.authenticate_key(token).await
         } else {
-            self.sessions
+            let claims = self
+                .sessions
                 .verify(token)
-                .map(|claims| Principal {
-                    tenant: TenantId::new(claims.tid),
-                    kind: PrincipalKind::Session {
-                        user_id: claims.sub,
-                    },
-                })
-                .map_err(|_| invalid_credentials())
+                .map_err(|_| invalid_credentials())?;
+            let user = (claims.tid, claims.sub);
+            // Boxed on a miss for the same reason as keys' loads.
+            let current = match self.session_versions.get(&user).await {
+                Some(current) => current,
+                None => Box::pin(self.load_session_version(&user)).await?,
+            };
+            if current != Some(claims.ver) {
+                return Err(invalid_credentials());
+            }
+            let (tenant, user_id) = user;
+            Ok(Principal {
+                tenant: TenantId::new(tenant),
+                kind: PrincipalKind::Session { user_id },
+            })
         }
+    }
+
+    /// Reads a user's session version (`None` for a deleted user, cached too: a deleted user's
+    /// token keeps failing without a query each time).
+    async fn load_session_version(&self, user: &SessionUser) -> Result<Option<i64>, ApiError> {
+        self.session_versions
+            .try_get_with_by_ref(user, async {
+                let tenant = TenantId::new(user.0.clone());
+                self.store
+                    .user_session_version(&tenant, &user.1)
+                    .await
+                    .map_err(ApiError::from)
+            })
+            .await
+            .map_err(Arc::unwrap_or_clone)
+    }
+
+    /// Forgets a user's cached session version at once (after a delete or password change).
+    pub async fn forget_user(&self, tenant: &TenantId, user_id: &str) {
+        self.session_versions
+            .invalidate(&(tenant.as_str().to_string(), user_id.to_string()))
+            .await;
     }
 
     async fn authenticate_key(&self, token: &str) -> Result<Principal, ApiError> {

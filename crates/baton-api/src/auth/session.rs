@@ -21,6 +21,11 @@ pub struct Claims {
     pub aud: String,
     pub iat: u64,
     pub exp: u64,
+    /// The user's session version when the token was issued; a password change bumps it, so
+    /// older tokens are refused. Absent in tokens issued before versions existed: 0, the
+    /// version of a user whose password never changed.
+    #[serde(default)]
+    pub ver: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -55,7 +60,12 @@ impl SessionKeys {
         self.ttl
     }
 
-    pub fn issue(&self, user_id: &str, tenant_id: &str) -> Result<String, ApiError> {
+    pub fn issue(
+        &self,
+        user_id: &str,
+        tenant_id: &str,
+        session_version: i64,
+    ) -> Result<String, ApiError> {
         let now = jsonwebtoken::get_current_timestamp();
         let claims = Claims {
             sub: user_id.to_string(),
@@ -64,6 +74,7 @@ impl SessionKeys {
             aud: AUDIENCE.to_string(),
             iat: now,
             exp: now + self.ttl.as_secs(),
+            ver: session_version,
         };
         encode(&Header::new(Algorithm::HS256), &claims, &self.encoding)
             .map_err(|e| ApiError::Internal(format!("could not sign a session token: {e}")))
@@ -90,9 +101,12 @@ mod tests {
     #[test]
     fn round_trip_and_rejections() {
         let k = keys(60);
-        let token = k.issue("u1", "t1").unwrap();
+        let token = k.issue("u1", "t1", 3).unwrap();
         let claims = k.verify(&token).unwrap();
-        assert_eq!((claims.sub.as_str(), claims.tid.as_str()), ("u1", "t1"));
+        assert_eq!(
+            (claims.sub.as_str(), claims.tid.as_str(), claims.ver),
+            ("u1", "t1", 3)
+        );
 
         // Another secret, a tampered token and an expired token all fail.
         let other = SessionKeys::new(
@@ -114,6 +128,7 @@ mod tests {
             aud: AUDIENCE.into(),
             iat: now - 7200,
             exp: now - 3600,
+            ver: 0,
         };
         let expired = encode(
             &Header::new(Algorithm::HS256),

@@ -19,6 +19,7 @@ pub mod routing_rules;
 pub mod settings;
 pub mod statistics;
 pub mod tools;
+pub mod users;
 
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
@@ -70,6 +71,9 @@ fn protected_route_list() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(api_keys::list_api_keys, api_keys::create_api_key))
         .routes(routes!(api_keys::get_api_key, api_keys::revoke_api_key))
+        .routes(routes!(users::list_users, users::create_user))
+        .routes(routes!(users::get_user, users::delete_user))
+        .routes(routes!(users::change_password))
         .routes(routes!(budgets::list_budgets, budgets::create_budget))
         .routes(routes!(
             budgets::get_budget,

@@ -22,6 +22,7 @@ use crate::error::{ErrorDetail, ErrorResponse};
     tags(
         (name = "auth", description = "Login for session tokens"),
         (name = "api-keys", description = "API keys (session tokens only)"),
+        (name = "users", description = "Users who log in (session tokens only)"),
         (name = "environments", description = "Named environments"),
         (name = "settings", description = "Tenant settings"),
         (name = "customers", description = "End customers"),

@@ -9,6 +9,9 @@ pub struct Model {
     pub email: String,
     pub password_hash: String,
     pub created_at: i64,
+    /// Bumped by a password change; session tokens carry it (`ver`).
+    pub session_version: i64,
+    pub password_changed_at: Option<i64>,
 }
 
 #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
