@@ -238,28 +238,55 @@ pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesReque
         }
     }
 
+    let thinking_on = request.thinking_budget.is_some();
     let mut tools: Vec<Value> = request
         .tools
         .iter()
         .map(|t| json!({"name": t.name, "description": t.description.clone().unwrap_or_default(), "input_schema": t.parameters}))
         .collect();
-    let mut tool_choice = request.tool_choice.as_ref().map(|choice| match choice {
-        ToolChoice::Auto => json!({"type": "auto"}),
-        ToolChoice::None => json!({"type": "none"}),
-        ToolChoice::Required => json!({"type": "any"}),
-        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
-    });
-    match &request.response_format {
-        Some(ResponseFormat::JsonSchema { schema, .. }) => {
-            tools.push(json!({"name": STRUCTURED_TOOL, "description": "Return the answer as this JSON object.", "input_schema": schema}));
-            tool_choice = Some(json!({"type": "tool", "name": STRUCTURED_TOOL}));
+    let structured_tool = match &request.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => Some(
+            json!({"name": STRUCTURED_TOOL, "description": "Return the answer as this JSON object.", "input_schema": schema}),
+        ),
+        Some(ResponseFormat::JsonObject) => Some(
+            json!({"name": STRUCTURED_TOOL, "description": "Return the answer as a JSON object.", "input_schema": {"type": "object"}}),
+        ),
+        _ => None,
+    };
+    let tool_choice = match structured_tool {
+        None => request.tool_choice.as_ref().map(|choice| match choice {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::None => json!({"type": "none"}),
+            // Thinking only allows auto and none: forcing a tool is refused with 400.
+            ToolChoice::Required | ToolChoice::Tool(_) if thinking_on => json!({"type": "auto"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        }),
+        Some(structured_tool) => {
+            // The answer comes as the structured tool's input. With the caller's tools offered
+            // too, "any" lets the model call a real tool in a tool loop or answer through the
+            // structured tool; forcing the structured tool would end every loop at once.
+            let choice = match &request.tool_choice {
+                Some(ToolChoice::Tool(name)) if !thinking_on => {
+                    json!({"type": "tool", "name": name})
+                }
+                Some(ToolChoice::None) => {
+                    tools.clear();
+                    json!({"type": "tool", "name": STRUCTURED_TOOL})
+                }
+                _ if tools.is_empty() => json!({"type": "tool", "name": STRUCTURED_TOOL}),
+                _ => json!({"type": "any"}),
+            };
+            tools.push(structured_tool);
+            // Thinking only allows auto and none (forced tool use is refused with 400): the
+            // tool's description and the answer check have to carry the format then.
+            Some(if thinking_on {
+                json!({"type": "auto"})
+            } else {
+                choice
+            })
         }
-        Some(ResponseFormat::JsonObject) => {
-            tools.push(json!({"name": STRUCTURED_TOOL, "description": "Return the answer as a JSON object.", "input_schema": {"type": "object"}}));
-            tool_choice = Some(json!({"type": "tool", "name": STRUCTURED_TOOL}));
-        }
-        _ => {}
-    }
+    };
     for tool in &request.vendor_tools {
         if *tool == VendorTool::WebSearch20250305 {
             tools.push(json!({"type": "web_search_20250305", "name": "web_search"}));
@@ -365,11 +392,13 @@ impl WireUsage {
     }
 }
 
-fn finish_reason(raw: &str, structured: bool) -> FinishReason {
+/// The canonical finish reason. `tool_use` ends a turn that called real tools, or one whose
+/// only call is the structured-output tool (then it is the final answer).
+fn finish_reason(raw: &str, real_tool_calls: bool) -> FinishReason {
     match raw {
         "max_tokens" => FinishReason::Length,
-        "tool_use" if structured => FinishReason::Stop,
-        "tool_use" => FinishReason::ToolCalls,
+        "tool_use" if real_tool_calls => FinishReason::ToolCalls,
+        "tool_use" => FinishReason::Stop,
         "refusal" => FinishReason::ContentFilter,
         _ => FinishReason::Stop,
     }
@@ -379,13 +408,11 @@ pub(crate) fn from_wire(wire: MessagesResponse, structured: bool) -> InferenceRe
     let mut response = InferenceResponse {
         model: wire.model,
         usage: wire.usage.canonical(),
-        finish_reason: wire
-            .stop_reason
-            .as_deref()
-            .map(|r| finish_reason(r, structured))
-            .unwrap_or_default(),
         ..Default::default()
     };
+    // The structured-output tool's input is the answer's text; text the model wrote around it
+    // (possible when thinking leaves the choice to the model) is not part of the JSON.
+    let mut structured_answer = None;
     for block in wire.content {
         match block {
             Block::Text { text, citations } => {
@@ -401,9 +428,8 @@ pub(crate) fn from_wire(wire: MessagesResponse, structured: bool) -> InferenceRe
                     }
                 }
             }
-            // Structured output arrives as the forced tool's input: it is the answer's text.
             Block::ToolUse { name, input, .. } if structured && name == STRUCTURED_TOOL => {
-                response.text = input.to_string();
+                structured_answer = Some(input.to_string());
             }
             Block::ToolUse { id, name, input } => {
                 response.tool_calls.push(ToolCall {
@@ -415,6 +441,14 @@ pub(crate) fn from_wire(wire: MessagesResponse, structured: bool) -> InferenceRe
             Block::Other => {}
         }
     }
+    if let Some(answer) = structured_answer {
+        response.text = answer;
+    }
+    response.finish_reason = wire
+        .stop_reason
+        .as_deref()
+        .map(|r| finish_reason(r, !response.tool_calls.is_empty()))
+        .unwrap_or_default();
     response
 }
 
@@ -502,6 +536,11 @@ struct StreamState {
     tool_blocks: HashMap<u32, Option<u32>>,
     next_tool: u32,
     usage: Usage,
+    /// Structured output: text held back until it is known whether the answer comes through
+    /// the structured tool (then the text is not part of it) or as text (sent at the finish).
+    held_text: String,
+    /// Structured output: the structured tool's input has begun; later text is dropped.
+    structured_answer: bool,
 }
 
 impl StreamState {
@@ -521,6 +560,8 @@ impl StreamState {
             } => {
                 if self.structured && name == STRUCTURED_TOOL {
                     self.tool_blocks.insert(index, None);
+                    self.structured_answer = true;
+                    self.held_text.clear();
                     return;
                 }
                 let ordinal = self.next_tool;
@@ -533,6 +574,11 @@ impl StreamState {
                 });
             }
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
+                BlockDelta::TextDelta { text } if self.structured => {
+                    if !self.structured_answer {
+                        self.held_text.push_str(&text);
+                    }
+                }
                 BlockDelta::TextDelta { text } => push(StreamDelta::Text(text)),
                 BlockDelta::InputJsonDelta { partial_json } => match self.tool_blocks.get(&index) {
                     Some(Some(ordinal)) => push(StreamDelta::ToolCallArguments {
@@ -563,7 +609,13 @@ impl StreamState {
                     push(StreamDelta::Usage(update));
                 }
                 if let Some(reason) = delta.stop_reason {
-                    push(StreamDelta::Finish(finish_reason(&reason, self.structured)));
+                    if !self.held_text.is_empty() {
+                        push(StreamDelta::Text(std::mem::take(&mut self.held_text)));
+                    }
+                    push(StreamDelta::Finish(finish_reason(
+                        &reason,
+                        self.next_tool > 0,
+                    )));
                 }
             }
             StreamEvent::ContentBlockStart { .. }
@@ -624,11 +676,192 @@ mod tests {
         assert_eq!(wire["messages"][1]["content"][0]["type"], "tool_use");
         assert_eq!(wire["messages"][1]["content"][0]["input"], json!({"a": 1}));
         assert_eq!(wire["messages"][2]["content"][0]["type"], "tool_result");
+        // The caller's tool stays callable beside the structured-output tool.
+        assert_eq!(wire["tools"][0]["name"], "f");
+        assert_eq!(wire["tools"][1]["name"], STRUCTURED_TOOL);
+        assert_eq!(wire["tool_choice"], json!({"type": "any"}));
+        assert_eq!(wire["tools"][2]["type"], "web_search_20250305");
+    }
+
+    fn structured_request(tools: bool, choice: Option<ToolChoice>) -> InferenceRequest {
+        InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            tools: if tools {
+                vec![ToolDefinition {
+                    name: "lookup".into(),
+                    description: None,
+                    parameters: json!({"type": "object"}),
+                    strict: None,
+                }]
+            } else {
+                vec![]
+            },
+            tool_choice: choice,
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "r".into(),
+                schema: json!({"type": "object"}),
+                strict: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn tool_names(wire: &Value) -> Vec<&str> {
+        wire["tools"]
+            .as_array()
+            .map(|tools| tools.iter().filter_map(|t| t["name"].as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Anthropic's tool_choice: `auto`, `any`, `tool` (with `name`), `none`; thinking allows
+    /// only `auto` and `none`.
+    #[test]
+    fn structured_output_leaves_the_callers_tools_callable() {
+        let forced = json!({"type": "tool", "name": STRUCTURED_TOOL});
+        for choice in [None, Some(ToolChoice::Auto), Some(ToolChoice::Required)] {
+            let wire =
+                serde_json::to_value(to_wire(&structured_request(true, choice.clone()), false))
+                    .unwrap();
+            assert_eq!(tool_names(&wire), ["lookup", STRUCTURED_TOOL], "{choice:?}");
+            assert_eq!(wire["tool_choice"], json!({"type": "any"}), "{choice:?}");
+            // Without tools of the caller's the structured tool is forced.
+            let wire =
+                serde_json::to_value(to_wire(&structured_request(false, choice.clone()), false))
+                    .unwrap();
+            assert_eq!(tool_names(&wire), [STRUCTURED_TOOL], "{choice:?}");
+            assert_eq!(wire["tool_choice"], forced, "{choice:?}");
+        }
+        // "none": only the structured tool is offered, and forced.
+        let wire = serde_json::to_value(to_wire(
+            &structured_request(true, Some(ToolChoice::None)),
+            false,
+        ))
+        .unwrap();
+        assert_eq!(tool_names(&wire), [STRUCTURED_TOOL]);
+        assert_eq!(wire["tool_choice"], forced);
+        // A specific function stays chosen.
+        let chosen = structured_request(true, Some(ToolChoice::Tool("lookup".into())));
+        let wire = serde_json::to_value(to_wire(&chosen, false)).unwrap();
+        assert_eq!(tool_names(&wire), ["lookup", STRUCTURED_TOOL]);
         assert_eq!(
             wire["tool_choice"],
-            json!({"type": "tool", "name": STRUCTURED_TOOL})
+            json!({"type": "tool", "name": "lookup"})
         );
-        assert_eq!(wire["tools"][2]["type"], "web_search_20250305");
+        // Thinking allows no forced tool use.
+        for tools in [false, true] {
+            let thinking = InferenceRequest {
+                thinking_budget: Some(2048),
+                ..structured_request(tools, Some(ToolChoice::Required))
+            };
+            let wire = serde_json::to_value(to_wire(&thinking, false)).unwrap();
+            assert_eq!(
+                wire["tool_choice"],
+                json!({"type": "auto"}),
+                "tools: {tools}"
+            );
+        }
+        let thinking = InferenceRequest {
+            thinking_budget: Some(2048),
+            response_format: None,
+            ..structured_request(true, Some(ToolChoice::Tool("lookup".into())))
+        };
+        let wire = serde_json::to_value(to_wire(&thinking, false)).unwrap();
+        assert_eq!(wire["tool_choice"], json!({"type": "auto"}));
+    }
+
+    #[test]
+    fn a_real_tool_call_under_structured_output_stays_a_tool_call() {
+        let wire: MessagesResponse = serde_json::from_value(json!({
+            "model": "claude-sonnet-4-5", "stop_reason": "tool_use",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}],
+            "usage": {"input_tokens": 10, "output_tokens": 3}
+        }))
+        .unwrap();
+        let r = from_wire(wire, true);
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.tool_calls[0].name, "lookup");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"q":"x"}"#);
+        assert_eq!(r.text, "");
+        // Text around the structured tool (thinking leaves the choice to the model) is no JSON.
+        let wire: MessagesResponse = serde_json::from_value(json!({
+            "model": "claude-sonnet-4-5", "stop_reason": "tool_use",
+            "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                        {"type": "text", "text": "Here it is:"},
+                        {"type": "tool_use", "id": "toolu_2", "name": STRUCTURED_TOOL, "input": {"a": 1}}],
+        }))
+        .unwrap();
+        let r = from_wire(wire, true);
+        assert_eq!(r.text, r#"{"a":1}"#);
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+        assert!(r.tool_calls.is_empty());
+    }
+
+    fn accumulate(state: &mut StreamState, events: Vec<Value>) -> InferenceResponse {
+        let mut acc = ResponseAccumulator::new("m");
+        for event in events {
+            let mut out = sse::Deltas::new();
+            state.map(serde_json::from_value(event).unwrap(), &mut out);
+            for delta in out {
+                acc.push(&delta.unwrap());
+            }
+        }
+        acc.finish()
+    }
+
+    #[test]
+    fn structured_streams_tell_real_tool_calls_from_the_answer() {
+        let mut state = StreamState {
+            structured: true,
+            ..StreamState::default()
+        };
+        let r = accumulate(
+            &mut state,
+            vec![
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"q\":1}"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+            ],
+        );
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.tool_calls[0].id, "toolu_1");
+        assert_eq!(r.text, "");
+
+        let mut state = StreamState {
+            structured: true,
+            ..StreamState::default()
+        };
+        let r = accumulate(
+            &mut state,
+            vec![
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Here:"}}),
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_2", "name": STRUCTURED_TOOL, "input": {}}}),
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"a\":"}}),
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "1}"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+            ],
+        );
+        assert_eq!(r.text, r#"{"a":1}"#);
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+        assert!(r.tool_calls.is_empty());
+
+        // An answer written as text (thinking on, the model chose not to call the tool) is
+        // sent whole at the finish.
+        let mut state = StreamState {
+            structured: true,
+            ..StreamState::default()
+        };
+        let r = accumulate(
+            &mut state,
+            vec![
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "{\"a\":"}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "2}"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+            ],
+        );
+        assert_eq!(r.text, r#"{"a":2}"#);
+        assert_eq!(r.finish_reason, FinishReason::Stop);
     }
 
     #[test]

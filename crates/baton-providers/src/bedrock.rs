@@ -455,36 +455,47 @@ pub(crate) fn to_wire(
         .iter()
         .map(|t| tool_spec(&t.name, t.description.as_deref(), &t.parameters))
         .collect();
+    // Claude's extended thinking allows only auto (Converse has no "none"): forcing a tool is
+    // refused with a ValidationException.
+    let thinking = request.thinking_budget.is_some() && is_anthropic(&request.model);
     let mut tool_choice = request
         .tool_choice
         .as_ref()
         .and_then(|choice| match choice {
             ToolChoice::Auto => Some(json!({"auto": {}})),
             ToolChoice::None => None,
+            ToolChoice::Required | ToolChoice::Tool(_) if thinking => Some(json!({"auto": {}})),
             ToolChoice::Required => Some(json!({"any": {}})),
             ToolChoice::Tool(name) => Some(json!({"tool": {"name": name}})),
         });
     if !tools_allowed {
         tools.clear();
     }
-    match &request.response_format {
-        Some(ResponseFormat::JsonSchema { schema, .. }) => {
-            tools.push(tool_spec(
-                STRUCTURED_TOOL,
-                Some("Return the answer as this JSON object."),
-                schema,
-            ));
-            tool_choice = Some(json!({"tool": {"name": STRUCTURED_TOOL}}));
-        }
-        Some(ResponseFormat::JsonObject) => {
-            tools.push(tool_spec(
-                STRUCTURED_TOOL,
-                Some("Return the answer as a JSON object."),
-                &json!({"type": "object"}),
-            ));
-            tool_choice = Some(json!({"tool": {"name": STRUCTURED_TOOL}}));
-        }
-        _ => {}
+    let structured_tool = match &request.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => Some(tool_spec(
+            STRUCTURED_TOOL,
+            Some("Return the answer as this JSON object."),
+            schema,
+        )),
+        Some(ResponseFormat::JsonObject) => Some(tool_spec(
+            STRUCTURED_TOOL,
+            Some("Return the answer as a JSON object."),
+            &json!({"type": "object"}),
+        )),
+        _ => None,
+    };
+    if let Some(structured_tool) = structured_tool {
+        // The answer comes as the structured tool's input. With the caller's tools offered too,
+        // "any" lets the model call a real tool in a tool loop or answer through the structured
+        // tool; forcing the structured tool would end every loop at once. A specific choice
+        // stays; with "none" the caller's tools were withheld above.
+        tool_choice = Some(match &request.tool_choice {
+            _ if thinking => json!({"auto": {}}),
+            Some(ToolChoice::Tool(name)) => json!({"tool": {"name": name}}),
+            _ if tools.is_empty() => json!({"tool": {"name": STRUCTURED_TOOL}}),
+            _ => json!({"any": {}}),
+        });
+        tools.push(structured_tool);
     }
     // Converse refuses toolUse/toolResult blocks in a request without toolConfig. When the tools
     // were withheld (tool choice "none") or never sent, they are declared again without a choice:
@@ -628,11 +639,13 @@ impl WireUsage {
     }
 }
 
-fn finish_reason(raw: &str, structured: bool) -> FinishReason {
+/// The canonical finish reason. `tool_use` ends a turn that called real tools, or one whose
+/// only call is the structured-output tool (then it is the final answer).
+fn finish_reason(raw: &str, real_tool_calls: bool) -> FinishReason {
     match raw {
         "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
-        "tool_use" if structured => FinishReason::Stop,
-        "tool_use" => FinishReason::ToolCalls,
+        "tool_use" if real_tool_calls => FinishReason::ToolCalls,
+        "tool_use" => FinishReason::Stop,
         "guardrail_intervened" | "content_filtered" => FinishReason::ContentFilter,
         _ => FinishReason::Stop,
     }
@@ -646,11 +659,6 @@ pub(crate) fn from_wire(
     let mut response = InferenceResponse {
         model: requested_model.to_string(),
         usage: wire.usage.canonical(),
-        finish_reason: wire
-            .stop_reason
-            .as_deref()
-            .map(|r| finish_reason(r, structured))
-            .unwrap_or_default(),
         ..Default::default()
     };
     let blocks = wire
@@ -658,14 +666,16 @@ pub(crate) fn from_wire(
         .and_then(|o| o.message)
         .map(|m| m.content)
         .unwrap_or_default();
+    // The structured-output tool's input is the answer's text; text the model wrote around it
+    // (possible when thinking leaves the choice to the model) is not part of the JSON.
+    let mut structured_answer = None;
     for block in blocks {
         if let Some(text) = block.text {
             response.text.push_str(&text);
         }
         match block.tool_use {
-            // Structured output arrives as the forced tool's input: it is the answer's text.
             Some(call) if structured && call.name == STRUCTURED_TOOL => {
-                response.text = call.input.to_string();
+                structured_answer = Some(call.input.to_string());
             }
             Some(call) => response.tool_calls.push(ToolCall {
                 id: call.tool_use_id,
@@ -675,6 +685,14 @@ pub(crate) fn from_wire(
             None => {}
         }
     }
+    if let Some(answer) = structured_answer {
+        response.text = answer;
+    }
+    response.finish_reason = wire
+        .stop_reason
+        .as_deref()
+        .map(|r| finish_reason(r, !response.tool_calls.is_empty()))
+        .unwrap_or_default();
     response
 }
 
@@ -834,6 +852,11 @@ pub(crate) struct StreamState {
     /// Content-block index to tool-call ordinal; `None` for the structured-output tool.
     tool_blocks: HashMap<u32, Option<u32>>,
     next_tool: u32,
+    /// Structured output: text held back until it is known whether the answer comes through
+    /// the structured tool (then the text is not part of it) or as text (sent at the finish).
+    held_text: String,
+    /// Structured output: the structured tool's input has begun; later text is dropped.
+    structured_answer: bool,
 }
 
 impl StreamState {
@@ -843,6 +866,8 @@ impl StreamState {
             structured,
             tool_blocks: HashMap::new(),
             next_tool: 0,
+            held_text: String::new(),
+            structured_answer: false,
         }
     }
 
@@ -899,6 +924,8 @@ impl StreamState {
                 };
                 if self.structured && tool.name == STRUCTURED_TOOL {
                     self.tool_blocks.insert(start.content_block_index, None);
+                    self.structured_answer = true;
+                    self.held_text.clear();
                     return Ok(Vec::new());
                 }
                 let ordinal = self.next_tool;
@@ -915,7 +942,11 @@ impl StreamState {
                 let delta: BlockDelta = self.payload(message, event)?;
                 let mut out = Vec::new();
                 if let Some(text) = delta.delta.text.filter(|t| !t.is_empty()) {
-                    out.push(StreamDelta::Text(text));
+                    if !self.structured {
+                        out.push(StreamDelta::Text(text));
+                    } else if !self.structured_answer {
+                        self.held_text.push_str(&text);
+                    }
                 }
                 if let Some(tool) = delta.delta.tool_use.filter(|t| !t.input.is_empty()) {
                     match self.tool_blocks.get(&delta.content_block_index) {
@@ -932,9 +963,17 @@ impl StreamState {
             }
             "messageStop" => {
                 let stop: MessageStop = self.payload(message, event)?;
-                stop.stop_reason
-                    .map(|r| vec![StreamDelta::Finish(finish_reason(&r, self.structured))])
-                    .unwrap_or_default()
+                let mut out = Vec::new();
+                if let Some(reason) = stop.stop_reason {
+                    if !self.held_text.is_empty() {
+                        out.push(StreamDelta::Text(std::mem::take(&mut self.held_text)));
+                    }
+                    out.push(StreamDelta::Finish(finish_reason(
+                        &reason,
+                        self.next_tool > 0,
+                    )));
+                }
+                out
             }
             "metadata" => {
                 let metadata: Metadata = self.payload(message, event)?;
@@ -1167,7 +1206,8 @@ mod tests {
             json!({
                 "tools": [{"toolSpec": {"name": "lookup", "description": "find",
                     "inputSchema": {"json": {"type": "object", "properties": {"q": {"type": "integer"}}}}}}],
-                "toolChoice": {"any": {}}
+                // "required" under Claude's thinking, which refuses forced tool use.
+                "toolChoice": {"auto": {}}
             })
         );
         assert_eq!(
@@ -1229,6 +1269,55 @@ mod tests {
             json!({"json": {"type": "object"}})
         );
         req.response_format = Some(ResponseFormat::Text);
+        assert_eq!(wire(&req)["toolConfig"]["toolChoice"], json!({"auto": {}}));
+    }
+
+    /// Converse's toolChoice: `{"auto":{}}`, `{"any":{}}`, `{"tool":{"name":..}}`.
+    #[test]
+    fn structured_output_leaves_the_callers_tools_callable() {
+        let names = |wire: &Value| -> Vec<String> {
+            wire["toolConfig"]["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["toolSpec"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let mut req = InferenceRequest {
+            model: "amazon.nova-pro-v1:0".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            tools: request().tools,
+            response_format: Some(ResponseFormat::JsonObject),
+            ..Default::default()
+        };
+        for choice in [None, Some(ToolChoice::Auto), Some(ToolChoice::Required)] {
+            req.tool_choice = choice.clone();
+            let wire = wire(&req);
+            assert_eq!(names(&wire), ["lookup", STRUCTURED_TOOL], "{choice:?}");
+            assert_eq!(
+                wire["toolConfig"]["toolChoice"],
+                json!({"any": {}}),
+                "{choice:?}"
+            );
+        }
+        req.tool_choice = Some(ToolChoice::Tool("lookup".into()));
+        assert_eq!(
+            wire(&req)["toolConfig"]["toolChoice"],
+            json!({"tool": {"name": "lookup"}})
+        );
+        req.tool_choice = Some(ToolChoice::None);
+        let wire_none = wire(&req);
+        assert_eq!(names(&wire_none), [STRUCTURED_TOOL]);
+        assert_eq!(
+            wire_none["toolConfig"]["toolChoice"],
+            json!({"tool": {"name": STRUCTURED_TOOL}})
+        );
+        // Claude with thinking takes only auto.
+        req.model = "anthropic.claude-sonnet-4-5-20250929-v1:0".into();
+        req.thinking_budget = Some(2048);
+        req.tool_choice = None;
+        assert_eq!(wire(&req)["toolConfig"]["toolChoice"], json!({"auto": {}}));
+        req.tools.clear();
         assert_eq!(wire(&req)["toolConfig"]["toolChoice"], json!({"auto": {}}));
     }
 
@@ -1495,7 +1584,7 @@ mod tests {
             ("guardrail_intervened", FinishReason::ContentFilter),
             ("content_filtered", FinishReason::ContentFilter),
         ] {
-            assert_eq!(finish_reason(raw, false), reason, "{raw}");
+            assert_eq!(finish_reason(raw, true), reason, "{raw}");
         }
         let empty: ConverseResponse = serde_json::from_value(json!({})).unwrap();
         assert_eq!(from_wire(empty, "m", false).text, "");
@@ -1644,6 +1733,52 @@ mod tests {
         assert_eq!(r.text, "{\"a\":1}");
         assert!(r.tool_calls.is_empty());
         assert_eq!(r.finish_reason, FinishReason::Stop);
+    }
+
+    /// With structured output and the caller's tools offered, a real call stays a tool call
+    /// (the loop goes on), and text before the structured answer is not part of it.
+    #[tokio::test]
+    async fn structured_streams_tell_real_tool_calls_from_the_answer() {
+        let raw = [
+            event("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "tooluse_1", "name": "lookup"}}})),
+            event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{\"q\":1}"}}})),
+            event("messageStop", json!({"stopReason": "tool_use"})),
+        ]
+        .concat();
+        let r = accumulate(&decode(vec![raw], true).await);
+        assert_eq!(
+            r.tool_calls,
+            vec![tool_call("tooluse_1", "lookup", "{\"q\":1}")]
+        );
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.text, "");
+
+        let raw = [
+            event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": "Here:"}})),
+            event("contentBlockStart", json!({"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "x", "name": STRUCTURED_TOOL}}})),
+            event("contentBlockDelta", json!({"contentBlockIndex": 1, "delta": {"toolUse": {"input": "{\"a\":1}"}}})),
+            event("messageStop", json!({"stopReason": "tool_use"})),
+        ]
+        .concat();
+        let r = accumulate(&decode(vec![raw], true).await);
+        assert_eq!(r.text, "{\"a\":1}");
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+
+        // An answer given as text is sent whole at the finish.
+        let raw = [
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "{\"a\":"}}),
+            ),
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "2}"}}),
+            ),
+            event("messageStop", json!({"stopReason": "end_turn"})),
+        ]
+        .concat();
+        let r = accumulate(&decode(vec![raw], true).await);
+        assert_eq!(r.text, "{\"a\":2}");
     }
 
     #[tokio::test]
