@@ -216,6 +216,9 @@ pub(crate) struct ChatRequest<'a> {
     max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<i64>,
+    /// Mistral's name for `seed` (it refuses `seed` as an extra field, 422).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    random_seed: Option<i64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     stop: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -398,7 +401,8 @@ pub(crate) fn to_wire<'a>(
         top_p: request.top_p,
         max_tokens: request.max_tokens.filter(|_| !modern),
         max_completion_tokens: request.max_tokens.filter(|_| modern),
-        seed: request.seed,
+        seed: request.seed.filter(|_| *flavor != Flavor::Mistral),
+        random_seed: request.seed.filter(|_| *flavor == Flavor::Mistral),
         stop: request.stop.clone(),
         tools,
         tool_choice,
@@ -804,6 +808,7 @@ mod tests {
             ],
             temperature: Some(0.5),
             max_tokens: Some(100),
+            seed: Some(7),
             tools: vec![ToolDefinition {
                 name: "lookup".into(),
                 description: Some("find".into()),
@@ -836,7 +841,13 @@ mod tests {
         assert_eq!(openai["stream_options"]["include_usage"], true);
         assert_eq!(openai["tools"][0]["function"]["name"], "lookup");
 
+        assert!(openai.get("random_seed").is_none());
+        assert_eq!(openai["seed"], 7);
+
         let mistral = serde_json::to_value(to_wire(&req, &Flavor::Mistral, true)).unwrap();
+        // Mistral's request schema forbids extra fields; its seed is `random_seed`.
+        assert_eq!(mistral["random_seed"], 7);
+        assert!(mistral.get("seed").is_none());
         assert_eq!(mistral["max_tokens"], 100);
         assert_eq!(mistral["tool_choice"], "any");
         assert!(mistral.get("stream_options").is_none());
