@@ -2,6 +2,7 @@
 //! `web_search_20250305` is passed through as Anthropic's server tool.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,6 +16,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
 use crate::provider::{DeltaStream, Provider};
@@ -33,6 +35,8 @@ pub struct AnthropicProvider {
     api_key: SecretString,
     client: http::ProviderClient,
     timeout: Option<Duration>,
+    /// Where a model's max output tokens come from when a request sets no `max_tokens`.
+    catalogue: Option<Arc<Catalogue>>,
 }
 
 impl AnthropicProvider {
@@ -50,7 +54,15 @@ impl AnthropicProvider {
             api_key,
             client: client.into(),
             timeout,
+            catalogue: None,
         }
+    }
+
+    /// Requests without `max_tokens` ask for the model's max output tokens from `catalogue`
+    /// (Anthropic requires the field; a fixed default would cut long answers short).
+    pub fn with_catalogue(mut self, catalogue: Arc<Catalogue>) -> Self {
+        self.catalogue = Some(catalogue);
+        self
     }
 
     fn request(&self, body: &MessagesRequest) -> reqwest::RequestBuilder {
@@ -75,7 +87,10 @@ impl AnthropicProvider {
                 ),
             });
         }
-        Ok(to_wire(request, stream))
+        let default_max_tokens =
+            catalogue_max_tokens(self.catalogue.as_deref(), &self.key, &request.model)
+                .unwrap_or(DEFAULT_MAX_TOKENS);
+        Ok(to_wire(request, stream, default_max_tokens))
     }
 }
 
@@ -137,6 +152,17 @@ where
     )
 }
 
+/// The catalogue's max output tokens of a model (dated names find their entry).
+pub(crate) fn catalogue_max_tokens(
+    catalogue: Option<&Catalogue>,
+    provider: &str,
+    model: &str,
+) -> Option<u32> {
+    let entry = catalogue?.lookup_served(provider, model)?;
+    (entry.max_output_tokens > 0)
+        .then(|| u32::try_from(entry.max_output_tokens).unwrap_or(u32::MAX))
+}
+
 pub(crate) fn structured(request: &InferenceRequest) -> bool {
     matches!(
         request.response_format,
@@ -186,7 +212,12 @@ fn image_block(source: &ImageSource) -> Value {
     }
 }
 
-pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesRequest {
+/// The Messages request; `default_max_tokens` is sent when the request sets no `max_tokens`.
+pub(crate) fn to_wire(
+    request: &InferenceRequest,
+    stream: bool,
+    default_max_tokens: u32,
+) -> MessagesRequest {
     let mut system = Vec::new();
     let mut messages: Vec<WireMessage> = Vec::new();
     for message in &request.messages {
@@ -295,7 +326,7 @@ pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesReque
     let thinking = request
         .thinking_budget
         .map(|budget| json!({"type": "enabled", "budget_tokens": budget.max(1024)}));
-    let max_tokens = request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    let max_tokens = request.max_tokens.unwrap_or(default_max_tokens);
     MessagesRequest {
         model: request.model.clone(),
         // The thinking budget counts against max_tokens, which must exceed it.
@@ -669,7 +700,7 @@ mod tests {
             vendor_tools: vec![VendorTool::WebSearch20250305],
             ..Default::default()
         };
-        let wire = serde_json::to_value(to_wire(&request, false)).unwrap();
+        let wire = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
         assert_eq!(wire["system"], "sys");
         assert_eq!(wire["max_tokens"], DEFAULT_MAX_TOKENS);
         assert_eq!(wire["top_k"], 5);
@@ -681,6 +712,51 @@ mod tests {
         assert_eq!(wire["tools"][1]["name"], STRUCTURED_TOOL);
         assert_eq!(wire["tool_choice"], json!({"type": "any"}));
         assert_eq!(wire["tools"][2]["type"], "web_search_20250305");
+    }
+
+    /// `max_tokens` is required by the Messages API; without one of the request's the model's
+    /// max output from the catalogue is asked for, 4096 for a model the catalogue lacks.
+    #[tokio::test]
+    async fn max_tokens_defaults_to_the_catalogues_max_output() {
+        use baton_testkit::MockProvider;
+        let catalogue = Arc::new(Catalogue::shipped().unwrap());
+        let haiku = catalogue.get("anthropic", "claude-haiku-4-5").unwrap();
+        let max_output = u32::try_from(haiku.max_output_tokens).unwrap();
+        assert_ne!(max_output, DEFAULT_MAX_TOKENS);
+        assert_eq!(
+            catalogue_max_tokens(Some(&catalogue), "anthropic", "claude-haiku-4-5-20251001"),
+            Some(max_output),
+            "a dated name finds its entry"
+        );
+        assert_eq!(
+            catalogue_max_tokens(Some(&catalogue), "anthropic", "claude-unknown"),
+            None
+        );
+
+        let mock = MockProvider::start().await.unwrap();
+        let provider = AnthropicProvider::new(
+            "anthropic",
+            mock.root(),
+            SecretString::from("sk-ant-test-0000".to_string()),
+            reqwest::Client::new(),
+            None,
+        )
+        .with_catalogue(catalogue);
+        for (model, max_tokens, expected) in [
+            ("claude-haiku-4-5", None, max_output),
+            ("claude-haiku-4-5", Some(100), 100),
+            ("claude-unknown", None, DEFAULT_MAX_TOKENS),
+        ] {
+            let request = InferenceRequest {
+                model: model.into(),
+                messages: vec![Message::text(Role::User, "hi")],
+                max_tokens,
+                ..Default::default()
+            };
+            provider.infer(&request).await.unwrap();
+            let sent = mock.received().pop().unwrap();
+            assert_eq!(sent.body["max_tokens"], expected, "{model} {max_tokens:?}");
+        }
     }
 
     fn structured_request(tools: bool, choice: Option<ToolChoice>) -> InferenceRequest {
@@ -720,15 +796,21 @@ mod tests {
     fn structured_output_leaves_the_callers_tools_callable() {
         let forced = json!({"type": "tool", "name": STRUCTURED_TOOL});
         for choice in [None, Some(ToolChoice::Auto), Some(ToolChoice::Required)] {
-            let wire =
-                serde_json::to_value(to_wire(&structured_request(true, choice.clone()), false))
-                    .unwrap();
+            let wire = serde_json::to_value(to_wire(
+                &structured_request(true, choice.clone()),
+                false,
+                DEFAULT_MAX_TOKENS,
+            ))
+            .unwrap();
             assert_eq!(tool_names(&wire), ["lookup", STRUCTURED_TOOL], "{choice:?}");
             assert_eq!(wire["tool_choice"], json!({"type": "any"}), "{choice:?}");
             // Without tools of the caller's the structured tool is forced.
-            let wire =
-                serde_json::to_value(to_wire(&structured_request(false, choice.clone()), false))
-                    .unwrap();
+            let wire = serde_json::to_value(to_wire(
+                &structured_request(false, choice.clone()),
+                false,
+                DEFAULT_MAX_TOKENS,
+            ))
+            .unwrap();
             assert_eq!(tool_names(&wire), [STRUCTURED_TOOL], "{choice:?}");
             assert_eq!(wire["tool_choice"], forced, "{choice:?}");
         }
@@ -736,13 +818,14 @@ mod tests {
         let wire = serde_json::to_value(to_wire(
             &structured_request(true, Some(ToolChoice::None)),
             false,
+            DEFAULT_MAX_TOKENS,
         ))
         .unwrap();
         assert_eq!(tool_names(&wire), [STRUCTURED_TOOL]);
         assert_eq!(wire["tool_choice"], forced);
         // A specific function stays chosen.
         let chosen = structured_request(true, Some(ToolChoice::Tool("lookup".into())));
-        let wire = serde_json::to_value(to_wire(&chosen, false)).unwrap();
+        let wire = serde_json::to_value(to_wire(&chosen, false, DEFAULT_MAX_TOKENS)).unwrap();
         assert_eq!(tool_names(&wire), ["lookup", STRUCTURED_TOOL]);
         assert_eq!(
             wire["tool_choice"],
@@ -754,7 +837,7 @@ mod tests {
                 thinking_budget: Some(2048),
                 ..structured_request(tools, Some(ToolChoice::Required))
             };
-            let wire = serde_json::to_value(to_wire(&thinking, false)).unwrap();
+            let wire = serde_json::to_value(to_wire(&thinking, false, DEFAULT_MAX_TOKENS)).unwrap();
             assert_eq!(
                 wire["tool_choice"],
                 json!({"type": "auto"}),
@@ -766,7 +849,7 @@ mod tests {
             response_format: None,
             ..structured_request(true, Some(ToolChoice::Tool("lookup".into())))
         };
-        let wire = serde_json::to_value(to_wire(&thinking, false)).unwrap();
+        let wire = serde_json::to_value(to_wire(&thinking, false, DEFAULT_MAX_TOKENS)).unwrap();
         assert_eq!(wire["tool_choice"], json!({"type": "auto"}));
     }
 

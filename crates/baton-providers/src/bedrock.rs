@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -27,6 +28,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::anthropic::catalogue_max_tokens;
+use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
 use crate::provider::{DeltaStream, Provider};
@@ -64,6 +67,9 @@ pub struct BedrockProvider {
     credentials: Credentials,
     client: http::ProviderClient,
     timeout: Option<Duration>,
+    /// Where a Claude model's max output tokens come from when thinking needs `maxTokens` and
+    /// the request sets none.
+    catalogue: Option<Arc<Catalogue>>,
 }
 
 impl BedrockProvider {
@@ -90,7 +96,22 @@ impl BedrockProvider {
             ),
             client: client.into(),
             timeout,
+            catalogue: None,
         }
+    }
+
+    /// Thinking without `max_tokens` asks for the model's max output tokens from `catalogue`
+    /// instead of a fixed default.
+    pub fn with_catalogue(mut self, catalogue: Arc<Catalogue>) -> Self {
+        self.catalogue = Some(catalogue);
+        self
+    }
+
+    fn wire(&self, request: &InferenceRequest) -> ProviderResult<ConverseRequest> {
+        let default_max_tokens =
+            catalogue_max_tokens(self.catalogue.as_deref(), &self.key, &request.model)
+                .unwrap_or(DEFAULT_MAX_TOKENS);
+        to_wire(&self.key, request, default_max_tokens)
     }
 
     fn request(
@@ -150,7 +171,7 @@ impl Provider for BedrockProvider {
     }
 
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
-        let body = to_wire(&self.key, request)?;
+        let body = self.wire(request)?;
         let builder = self.request(&request.model, &body, false)?;
         let wire: ConverseResponse =
             http::send_json(&self.key, &request.model, builder, self.timeout).await?;
@@ -158,7 +179,7 @@ impl Provider for BedrockProvider {
     }
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
-        let body = to_wire(&self.key, request)?;
+        let body = self.wire(request)?;
         let builder = self.request(&request.model, &body, true)?;
         let structured = structured(request);
         http::stream(&self.key, &request.model, builder, |response| {
@@ -390,9 +411,12 @@ fn tool_spec(name: &str, description: Option<&str>, schema: &Value) -> Value {
     json!({"toolSpec": spec})
 }
 
+/// The Converse request; `default_max_tokens` is `maxTokens` when thinking needs one and the
+/// request sets none.
 pub(crate) fn to_wire(
     provider: &str,
     request: &InferenceRequest,
+    default_max_tokens: u32,
 ) -> ProviderResult<ConverseRequest> {
     if let Some(tool) = request.vendor_tools.first() {
         return Err(unsupported(
@@ -546,7 +570,7 @@ pub(crate) fn to_wire(
             json!({"type": "enabled", "budget_tokens": budget}),
         );
         // The thinking budget counts against maxTokens, which must exceed it.
-        max_tokens = Some(max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).max(budget + 1));
+        max_tokens = Some(max_tokens.unwrap_or(default_max_tokens).max(budget + 1));
     }
     let inference_config = InferenceConfig {
         max_tokens,
@@ -1162,7 +1186,7 @@ mod tests {
     }
 
     fn wire(request: &InferenceRequest) -> Value {
-        serde_json::to_value(to_wire("bedrock", request).unwrap()).unwrap()
+        serde_json::to_value(to_wire("bedrock", request, DEFAULT_MAX_TOKENS).unwrap()).unwrap()
     }
 
     #[test]
@@ -1321,6 +1345,44 @@ mod tests {
         assert_eq!(wire(&req)["toolConfig"]["toolChoice"], json!({"auto": {}}));
     }
 
+    /// Claude's thinking needs `maxTokens` above the budget: without the request's, the
+    /// model's max output from the catalogue, 4096 for a model the catalogue lacks.
+    #[test]
+    fn thinking_max_tokens_default_to_the_catalogues_max_output() {
+        let catalogue = Arc::new(Catalogue::shipped().unwrap());
+        let model = "global.anthropic.claude-haiku-4-5-20251001-v1:0";
+        let max_output = catalogue.get("bedrock", model).unwrap().max_output_tokens;
+        let provider = BedrockProvider::new(
+            "bedrock",
+            "https://bedrock-runtime.us-east-1.amazonaws.com",
+            "us-east-1".into(),
+            AwsCredentials {
+                access_key_id: "AKID".into(),
+                secret_access_key: "secret".into(),
+                session_token: None,
+            },
+            reqwest::Client::new(),
+            None,
+        )
+        .with_catalogue(catalogue);
+        let mut req = InferenceRequest {
+            model: model.into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            thinking_budget: Some(2048),
+            ..Default::default()
+        };
+        let max_tokens = |req: &InferenceRequest| {
+            serde_json::to_value(provider.wire(req).unwrap()).unwrap()["inferenceConfig"]
+                ["maxTokens"]
+                .clone()
+        };
+        assert_eq!(max_tokens(&req), json!(max_output));
+        req.model = "anthropic.claude-unknown-v1:0".into();
+        assert_eq!(max_tokens(&req), json!(DEFAULT_MAX_TOKENS));
+        req.max_tokens = Some(3000);
+        assert_eq!(max_tokens(&req), json!(3000));
+    }
+
     #[test]
     fn tool_history_keeps_a_tool_config() {
         let history = vec![
@@ -1376,7 +1438,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            to_wire("bedrock", &req),
+            to_wire("bedrock", &req, DEFAULT_MAX_TOKENS),
             Err(ProviderError::Unsupported { .. })
         ));
         req.vendor_tools.clear();
@@ -1386,7 +1448,7 @@ mod tests {
             },
             detail: None,
         });
-        let err = to_wire("bedrock", &req).unwrap_err();
+        let err = to_wire("bedrock", &req, DEFAULT_MAX_TOKENS).unwrap_err();
         assert!(err.to_string().contains("image URLs"), "{err}");
         req.messages[0].content[1] = ContentPart::Image {
             source: ImageSource::Base64 {
@@ -1396,7 +1458,7 @@ mod tests {
             detail: None,
         };
         assert!(matches!(
-            to_wire("bedrock", &req),
+            to_wire("bedrock", &req, DEFAULT_MAX_TOKENS),
             Err(ProviderError::Unsupported { .. })
         ));
         for (media, format) in [
