@@ -336,9 +336,13 @@ pub(crate) fn to_wire(
         },
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages,
-        temperature: request.temperature,
-        top_p: request.top_p,
-        top_k: request.top_k,
+        // Thinking isn't compatible with temperature or top_k modifications and takes top_p
+        // only from 0.95 up (400 otherwise): the thinking asked for wins over sampling settings.
+        temperature: request.temperature.filter(|_| !thinking_on),
+        top_p: request
+            .top_p
+            .map(|p| if thinking_on { p.max(0.95) } else { p }),
+        top_k: request.top_k.filter(|_| !thinking_on),
         stop_sequences: request.stop.clone(),
         tools,
         tool_choice,
@@ -757,6 +761,37 @@ mod tests {
             let sent = mock.received().pop().unwrap();
             assert_eq!(sent.body["max_tokens"], expected, "{model} {max_tokens:?}");
         }
+    }
+
+    /// Anthropic: "Thinking isn't compatible with temperature or top_k modifications as well
+    /// as forced tool use"; top_p must be at least 0.95 or unset.
+    #[test]
+    fn thinking_drops_the_sampling_settings_it_refuses() {
+        let mut request = InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            temperature: Some(0.2),
+            top_p: Some(0.5),
+            top_k: Some(10),
+            ..Default::default()
+        };
+        let plain = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(
+            (&plain["temperature"], &plain["top_p"], &plain["top_k"]),
+            (&json!(0.2), &json!(0.5), &json!(10))
+        );
+        request.thinking_budget = Some(2048);
+        let thinking = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert!(thinking.get("temperature").is_none(), "{thinking}");
+        assert!(thinking.get("top_k").is_none(), "{thinking}");
+        assert_eq!(thinking["top_p"], json!(0.95));
+        assert_eq!(
+            thinking["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        request.top_p = Some(0.99);
+        let thinking = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(thinking["top_p"], json!(0.99));
     }
 
     fn structured_request(tools: bool, choice: Option<ToolChoice>) -> InferenceRequest {

@@ -553,7 +553,9 @@ pub(crate) fn to_wire(
     let tool_config = (!tools.is_empty()).then_some(ToolConfig { tools, tool_choice });
 
     let mut additional = serde_json::Map::new();
-    if let Some(top_k) = request.top_k {
+    // Claude's thinking isn't compatible with temperature or top_k modifications and takes
+    // top_p only from 0.95 up (a ValidationException otherwise).
+    if let Some(top_k) = request.top_k.filter(|_| !thinking) {
         if is_nova(&request.model) {
             additional.insert("inferenceConfig".into(), json!({"topK": top_k}));
         } else {
@@ -574,8 +576,10 @@ pub(crate) fn to_wire(
     }
     let inference_config = InferenceConfig {
         max_tokens,
-        temperature: request.temperature,
-        top_p: request.top_p,
+        temperature: request.temperature.filter(|_| !thinking),
+        top_p: request
+            .top_p
+            .map(|p| if thinking { p.max(0.95) } else { p }),
         stop_sequences: request.stop.clone(),
     };
     let has_inference_config = inference_config.max_tokens.is_some()
@@ -1221,9 +1225,10 @@ mod tests {
             ]})
         );
         assert_eq!(wire["messages"].as_array().unwrap().len(), 3);
+        // Claude's thinking refuses temperature and top_k, and top_p under 0.95.
         assert_eq!(
             wire["inferenceConfig"],
-            json!({"maxTokens": 2001, "temperature": 0.5, "topP": 0.9, "stopSequences": ["END"]})
+            json!({"maxTokens": 2001, "topP": 0.95, "stopSequences": ["END"]})
         );
         assert_eq!(
             wire["toolConfig"],
@@ -1236,8 +1241,18 @@ mod tests {
         );
         assert_eq!(
             wire["additionalModelRequestFields"],
-            json!({"top_k": 40, "thinking": {"type": "enabled", "budget_tokens": 2000}})
+            json!({"thinking": {"type": "enabled", "budget_tokens": 2000}})
         );
+        // Without thinking they are all sent.
+        let plain = super::tests::wire(&InferenceRequest {
+            thinking_budget: None,
+            ..request()
+        });
+        assert_eq!(
+            plain["inferenceConfig"],
+            json!({"maxTokens": 100, "temperature": 0.5, "topP": 0.9, "stopSequences": ["END"]})
+        );
+        assert_eq!(plain["additionalModelRequestFields"], json!({"top_k": 40}));
     }
 
     #[test]
