@@ -326,7 +326,7 @@ pub(crate) fn to_wire<'a>(
     flavor: &Flavor,
     stream: bool,
 ) -> ChatRequest<'a> {
-    let messages = request
+    let mut messages: Vec<WireMessage> = request
         .messages
         .iter()
         .map(|m| WireMessage {
@@ -372,7 +372,31 @@ pub(crate) fn to_wire<'a>(
             serde_json::json!({"type": "function", "function": {"name": name}})
         }
     });
+    if *flavor == Flavor::DeepSeek
+        && let Some(instruction) = deepseek_json_instruction(request)
+    {
+        // After the caller's own leading system messages, before the conversation.
+        let at = messages
+            .iter()
+            .position(|m| m.role != "system")
+            .unwrap_or(messages.len());
+        messages.insert(
+            at,
+            WireMessage {
+                role: "system",
+                content: Some(Value::String(instruction)),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+                name: None,
+            },
+        );
+    }
     let response_format = request.response_format.as_ref().map(|format| match format {
+        // DeepSeek has JSON output (`json_object`) but no `json_schema`: the schema goes into
+        // the prompt, and Baton checks the answer against it afterwards.
+        ResponseFormat::JsonSchema { .. } if *flavor == Flavor::DeepSeek => {
+            serde_json::json!({"type": "json_object"})
+        }
         ResponseFormat::Text => serde_json::json!({"type": "text"}),
         ResponseFormat::JsonObject => serde_json::json!({"type": "json_object"}),
         ResponseFormat::JsonSchema {
@@ -413,6 +437,25 @@ pub(crate) fn to_wire<'a>(
         stream_options: (stream && *flavor != Flavor::Mistral).then_some(StreamOptions {
             include_usage: true,
         }),
+    }
+}
+
+/// The system instruction DeepSeek's JSON output needs: its prompt must contain the word
+/// "json" (the request is refused otherwise), and `json_schema` is not supported, so a
+/// schema is given as text. None when JSON is not asked for, or already mentioned.
+fn deepseek_json_instruction(request: &InferenceRequest) -> Option<String> {
+    match &request.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => Some(format!(
+            "Answer with JSON only, matching this JSON Schema: {schema}"
+        )),
+        Some(ResponseFormat::JsonObject) => {
+            let mentioned = request.messages.iter().any(|m| {
+                matches!(m.role, Role::System | Role::User)
+                    && m.joined_text().to_ascii_lowercase().contains("json")
+            });
+            (!mentioned).then(|| "Answer with a JSON object only.".to_string())
+        }
+        _ => None,
     }
 }
 
@@ -851,6 +894,48 @@ mod tests {
         assert_eq!(mistral["max_tokens"], 100);
         assert_eq!(mistral["tool_choice"], "any");
         assert!(mistral.get("stream_options").is_none());
+    }
+
+    /// DeepSeek's JSON output: `response_format` `{"type": "json_object"}` only, and the
+    /// word "json" in the system or user prompt.
+    #[test]
+    fn deepseek_gets_json_object_and_the_schema_in_a_system_instruction() {
+        let req = request();
+        let wire = serde_json::to_value(to_wire(&req, &Flavor::DeepSeek, false)).unwrap();
+        assert_eq!(wire["response_format"], json!({"type": "json_object"}));
+        let messages = wire["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[0]["content"], "be brief");
+        assert_eq!(messages[1]["role"], "system");
+        assert_eq!(
+            messages[1]["content"],
+            r#"Answer with JSON only, matching this JSON Schema: {"type":"object"}"#
+        );
+        assert_eq!(messages[2]["role"], "user");
+        // Other flavors keep json_schema and the caller's messages.
+        let openai = serde_json::to_value(to_wire(&req, &Flavor::OpenAi, false)).unwrap();
+        assert_eq!(openai["response_format"]["type"], "json_schema");
+        assert_eq!(openai["messages"].as_array().unwrap().len(), 2);
+
+        // json_object: an instruction only when no prompt says "json" yet.
+        let mut object = InferenceRequest {
+            model: "deepseek-chat".into(),
+            messages: vec![Message::text(Role::User, "list three colours")],
+            response_format: Some(ResponseFormat::JsonObject),
+            ..Default::default()
+        };
+        let wire = serde_json::to_value(to_wire(&object, &Flavor::DeepSeek, false)).unwrap();
+        assert_eq!(wire["response_format"], json!({"type": "json_object"}));
+        assert_eq!(wire["messages"][0]["role"], "system");
+        assert!(
+            wire["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("JSON")
+        );
+        object.messages = vec![Message::text(Role::User, "list three colours as Json")];
+        let wire = serde_json::to_value(to_wire(&object, &Flavor::DeepSeek, false)).unwrap();
+        assert_eq!(wire["messages"].as_array().unwrap().len(), 1);
     }
 
     #[test]
