@@ -372,6 +372,9 @@ pub(crate) fn to_wire<'a>(
             serde_json::json!({"type": "function", "function": {"name": name}})
         }
     });
+    if *flavor == Flavor::Mistral {
+        mistral_tool_call_ids(&mut messages);
+    }
     if *flavor == Flavor::DeepSeek
         && let Some(instruction) = deepseek_json_instruction(request)
     {
@@ -437,6 +440,69 @@ pub(crate) fn to_wire<'a>(
         stream_options: (stream && *flavor != Flavor::Mistral).then_some(StreamOptions {
             include_usage: true,
         }),
+    }
+}
+
+/// Whether Mistral takes `id` as a tool-call id: exactly 9 characters of `[a-zA-Z0-9]`.
+fn is_mistral_tool_call_id(id: &str) -> bool {
+    id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Mistral refuses (400) tool-call ids that are not 9 alphanumerics, which a history carries
+/// when another provider made the calls (`toolu_...`, `call_0`). Each such id, in the calls
+/// and in the results answering them, becomes one derived from it (FNV-1a, base 62), so a
+/// call and its result still match; ids Mistral takes stay as they are, and a derived id
+/// that meets one already used is derived again.
+fn mistral_tool_call_ids(messages: &mut [WireMessage]) {
+    const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut used: std::collections::HashSet<String> = messages
+        .iter()
+        .flat_map(|m| {
+            m.tool_calls
+                .iter()
+                .map(|c| c.id.as_str())
+                .chain(m.tool_call_id.as_deref())
+        })
+        .filter(|id| is_mistral_tool_call_id(id))
+        .map(str::to_string)
+        .collect();
+    let mut mapped: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut map = |id: &mut String| {
+        if is_mistral_tool_call_id(id) {
+            return;
+        }
+        if let Some(new) = mapped.get(id.as_str()) {
+            id.clone_from(new);
+            return;
+        }
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut derive = |bytes: &[u8]| {
+            for &b in bytes {
+                hash ^= u64::from(b);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+            let mut rest = hash;
+            let mut out = String::with_capacity(9);
+            for _ in 0..9 {
+                out.push(char::from(ALPHABET[(rest % 62) as usize]));
+                rest /= 62;
+            }
+            out
+        };
+        let mut new = derive(id.as_bytes());
+        while used.contains(&new) {
+            new = derive(b"+");
+        }
+        used.insert(new.clone());
+        mapped.insert(std::mem::replace(id, new.clone()), new);
+    };
+    for message in messages.iter_mut() {
+        for call in &mut message.tool_calls {
+            map(&mut call.id);
+        }
+        if let Some(id) = &mut message.tool_call_id {
+            map(id);
+        }
     }
 }
 
@@ -894,6 +960,63 @@ mod tests {
         assert_eq!(mistral["max_tokens"], 100);
         assert_eq!(mistral["tool_choice"], "any");
         assert!(mistral.get("stream_options").is_none());
+    }
+
+    /// Mistral: tool-call ids must be 9 characters of `[a-zA-Z0-9]`.
+    #[test]
+    fn mistral_tool_call_ids_are_nine_alphanumerics_and_still_pair_up() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "lookup".into(),
+            arguments: "{}".into(),
+        };
+        let result = |id: &str| Message {
+            tool_call_id: Some(id.into()),
+            ..Message::text(Role::Tool, "42")
+        };
+        let req = InferenceRequest {
+            model: "mistral-small-latest".into(),
+            messages: vec![
+                Message::text(Role::User, "hi"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![],
+                    tool_calls: vec![
+                        call("toolu_01A09q90qw90lq917835lq9"),
+                        call("call_0"),
+                        call("D681PevKs"),
+                    ],
+                    tool_call_id: None,
+                    name: None,
+                },
+                result("toolu_01A09q90qw90lq917835lq9"),
+                result("call_0"),
+                result("D681PevKs"),
+            ],
+            ..Default::default()
+        };
+        let wire = serde_json::to_value(to_wire(&req, &Flavor::Mistral, false)).unwrap();
+        let calls: Vec<&str> = wire["messages"][1]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+        let results: Vec<&str> = (2..5)
+            .map(|i| wire["messages"][i]["tool_call_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(calls, results, "each result still names its call");
+        assert_eq!(calls[2], "D681PevKs", "an id Mistral takes is kept");
+        for id in &calls {
+            assert!(is_mistral_tool_call_id(id), "{id}");
+        }
+        assert_ne!(calls[0], calls[1]);
+        // The same history maps the same way.
+        let again = serde_json::to_value(to_wire(&req, &Flavor::Mistral, false)).unwrap();
+        assert_eq!(again["messages"], wire["messages"]);
+        // Other flavors send the ids as they are.
+        let openai = serde_json::to_value(to_wire(&req, &Flavor::OpenAi, false)).unwrap();
+        assert_eq!(openai["messages"][3]["tool_call_id"], "call_0");
     }
 
     /// DeepSeek's JSON output: `response_format` `{"type": "json_object"}` only, and the
