@@ -206,6 +206,12 @@ struct WireMessage {
 fn image_block(source: &ImageSource) -> Value {
     match source {
         ImageSource::Base64 { media_type, data } => {
+            // Anthropic's media types are image/jpeg, png, gif and webp; `image/jpg` (common in
+            // data URLs) is refused.
+            let media_type = match media_type.as_str() {
+                "image/jpg" => "image/jpeg",
+                other => other,
+            };
             json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}})
         }
         ImageSource::Url { url } => json!({"type": "image", "source": {"type": "url", "url": url}}),
@@ -259,6 +265,11 @@ pub(crate) fn to_wire(
                 )
             }
         };
+        // Anthropic refuses a turn without content (an empty assistant string mid-conversation
+        // would be `"content": []`); the turns around it merge below.
+        if blocks.is_empty() {
+            continue;
+        }
         // Anthropic wants alternating roles: consecutive tool results share one user turn.
         match messages.last_mut() {
             Some(last) if last.role == role => last.content.extend(blocks),
@@ -431,7 +442,7 @@ impl WireUsage {
 /// only call is the structured-output tool (then it is the final answer).
 fn finish_reason(raw: &str, real_tool_calls: bool) -> FinishReason {
     match raw {
-        "max_tokens" => FinishReason::Length,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
         "tool_use" if real_tool_calls => FinishReason::ToolCalls,
         "tool_use" => FinishReason::Stop,
         "refusal" => FinishReason::ContentFilter,
@@ -716,6 +727,62 @@ mod tests {
         assert_eq!(wire["tools"][1]["name"], STRUCTURED_TOOL);
         assert_eq!(wire["tool_choice"], json!({"type": "any"}));
         assert_eq!(wire["tools"][2]["type"], "web_search_20250305");
+    }
+
+    #[test]
+    fn empty_turns_are_left_out_and_jpg_is_jpeg() {
+        let request = InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![
+                Message::text(Role::User, "first"),
+                Message::text(Role::Assistant, ""),
+                Message {
+                    role: Role::User,
+                    content: vec![ContentPart::Image {
+                        source: ImageSource::Base64 {
+                            media_type: "image/jpg".into(),
+                            data: "AAAA".into(),
+                        },
+                        detail: None,
+                    }],
+                    tool_calls: vec![],
+                    tool_call_id: None,
+                    name: None,
+                },
+                Message::text(Role::Assistant, "ok"),
+            ],
+            ..Default::default()
+        };
+        let wire = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(
+            wire["messages"],
+            json!([
+                {"role": "user", "content": [
+                    {"type": "text", "text": "first"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "AAAA"}}
+                ]},
+                {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn a_full_context_window_is_a_length_finish() {
+        let wire: MessagesResponse = serde_json::from_value(json!({
+            "model": "claude-sonnet-4-5", "stop_reason": "model_context_window_exceeded",
+            "content": [{"type": "text", "text": "partial"}]
+        }))
+        .unwrap();
+        assert_eq!(from_wire(wire, false).finish_reason, FinishReason::Length);
+        let mut state = StreamState::default();
+        let r = accumulate(
+            &mut state,
+            vec![
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "partial"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "model_context_window_exceeded"}}),
+            ],
+        );
+        assert_eq!(r.finish_reason, FinishReason::Length);
     }
 
     /// `max_tokens` is required by the Messages API; without one of the request's the model's
