@@ -655,12 +655,7 @@ pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceR
             ..Default::default()
         };
     };
-    let mut text = text_of(&choice.message.content);
-    if text.is_empty()
-        && let Some(refusal) = choice.message.refusal
-    {
-        text = refusal;
-    }
+    let text = text_of(&choice.message.content);
     let citations = choice
         .message
         .annotations
@@ -691,6 +686,8 @@ pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceR
             .unwrap_or_default(),
         usage,
         citations,
+        // Kept apart from the text, as OpenAI sends it: a refusal is no answer to validate.
+        refusal: choice.message.refusal.filter(|r| !r.is_empty()),
     }
 }
 
@@ -724,6 +721,8 @@ struct ChunkChoice {
 struct ChunkDelta {
     #[serde(default)]
     content: DeltaText,
+    #[serde(default)]
+    refusal: Option<String>,
     #[serde(default)]
     tool_calls: Vec<ChunkToolCall>,
 }
@@ -769,6 +768,9 @@ impl StreamState {
             let DeltaText(text) = choice.delta.content;
             if !text.is_empty() {
                 push(StreamDelta::Text(text));
+            }
+            if let Some(refusal) = choice.delta.refusal.filter(|r| !r.is_empty()) {
+                push(StreamDelta::Refusal(refusal));
             }
             for (position, call) in choice.delta.tool_calls.into_iter().enumerate() {
                 let index = call.index.unwrap_or(position as u32);
@@ -1182,6 +1184,44 @@ mod tests {
         assert_eq!(text_of_chunk(two), ["first"]);
         assert!(text_of_chunk(r#"{"choices": []}"#).is_empty());
         assert!(text_of_chunk("{}").is_empty());
+    }
+
+    /// Chat Completions carry a refusal in `message.refusal` / `delta.refusal`, with content
+    /// null; it stays a refusal, not text.
+    #[test]
+    fn refusals_stay_apart_from_the_text() {
+        let wire: ChatResponse = serde_json::from_value(json!({
+            "model": "gpt-4o-2024-08-06",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                "content": null, "refusal": "I'm sorry, I cannot assist with that request."}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 10}
+        }))
+        .unwrap();
+        let r = from_wire(wire, "gpt-4o");
+        assert_eq!(r.text, "");
+        assert_eq!(
+            r.refusal.as_deref(),
+            Some("I'm sorry, I cannot assist with that request.")
+        );
+
+        let mut state = StreamState::default();
+        let mut acc = ResponseAccumulator::new("m");
+        for chunk in [
+            r#"{"choices": [{"delta": {"role": "assistant", "content": null, "refusal": ""}}]}"#,
+            r#"{"choices": [{"delta": {"refusal": "I'm sorry"}}]}"#,
+            r#"{"choices": [{"delta": {"refusal": ", no."}}]}"#,
+            r#"{"choices": [{"delta": {}, "finish_reason": "stop"}]}"#,
+        ] {
+            let mut out = Deltas::new();
+            state.map(serde_json::from_str(chunk).unwrap(), &mut out);
+            for delta in out {
+                acc.push(&delta.unwrap());
+            }
+        }
+        let r = acc.finish();
+        assert_eq!(r.text, "");
+        assert_eq!(r.refusal.as_deref(), Some("I'm sorry, no."));
+        assert_eq!(r.finish_reason, FinishReason::Stop);
     }
 
     /// An error object reads as a chunk with every field absent: it must still be an error.
