@@ -26,6 +26,7 @@ mod openapi;
 mod overload;
 mod python_mcp;
 mod python_sdk;
+mod refusals;
 mod retention;
 mod routing;
 mod secrets;

@@ -319,6 +319,11 @@ pub struct InferenceResponse {
     pub finish_reason: FinishReason,
     pub usage: Usage,
     pub citations: Vec<Citation>,
+    /// The model declined to answer and said why (OpenAI's `refusal`, apart from `content`).
+    /// A refusal is a complete answer: it does not follow a requested schema and is not
+    /// checked against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
 }
 
 /// One piece of a streamed response, in canonical form.
@@ -341,6 +346,8 @@ pub enum StreamDelta {
         fragment: String,
     },
     Citation(Citation),
+    /// More of the model's refusal (OpenAI's `delta.refusal`), apart from the text.
+    Refusal(String),
     Usage(Usage),
     Finish(FinishReason),
 }
@@ -397,6 +404,11 @@ impl ResponseAccumulator {
                 }
             }
             StreamDelta::Citation(citation) => self.response.citations.push(citation.clone()),
+            StreamDelta::Refusal(text) => self
+                .response
+                .refusal
+                .get_or_insert_with(String::new)
+                .push_str(text),
             StreamDelta::Usage(usage) => self.response.usage.merge(*usage),
             StreamDelta::Finish(reason) => {
                 self.response.finish_reason = *reason;
@@ -584,6 +596,29 @@ mod tests {
         assert_eq!((r.usage.tokens_in, r.usage.tokens_out), (10, 4));
         assert_eq!(r.finish_reason, FinishReason::ToolCalls);
         assert_eq!(r.model, "m", "no model reported: the requested name stays");
+    }
+
+    #[test]
+    fn accumulator_keeps_a_refusal_apart_from_the_text() {
+        let mut acc = ResponseAccumulator::new("m");
+        for delta in [
+            StreamDelta::Refusal("I can't ".into()),
+            StreamDelta::Refusal("help with that.".into()),
+            StreamDelta::Finish(FinishReason::Stop),
+        ] {
+            acc.push(&delta);
+        }
+        let response = acc.finish();
+        assert_eq!(response.refusal.as_deref(), Some("I can't help with that."));
+        assert_eq!(response.text, "");
+        // Stored responses without the field still read; a response without one writes none.
+        let plain = InferenceResponse::default();
+        let text = serde_json::to_string(&plain).unwrap();
+        assert!(!text.contains("refusal"), "{text}");
+        assert_eq!(
+            serde_json::from_str::<InferenceResponse>(&text).unwrap(),
+            plain
+        );
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! `web_search_20250305` is passed through as Anthropic's server tool.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,6 +16,7 @@ use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
 use crate::provider::{DeltaStream, Provider};
@@ -33,6 +35,8 @@ pub struct AnthropicProvider {
     api_key: SecretString,
     client: http::ProviderClient,
     timeout: Option<Duration>,
+    /// Where a model's max output tokens come from when a request sets no `max_tokens`.
+    catalogue: Option<Arc<Catalogue>>,
 }
 
 impl AnthropicProvider {
@@ -50,7 +54,15 @@ impl AnthropicProvider {
             api_key,
             client: client.into(),
             timeout,
+            catalogue: None,
         }
+    }
+
+    /// Requests without `max_tokens` ask for the model's max output tokens from `catalogue`
+    /// (Anthropic requires the field; a fixed default would cut long answers short).
+    pub fn with_catalogue(mut self, catalogue: Arc<Catalogue>) -> Self {
+        self.catalogue = Some(catalogue);
+        self
     }
 
     fn request(&self, body: &MessagesRequest) -> reqwest::RequestBuilder {
@@ -75,7 +87,10 @@ impl AnthropicProvider {
                 ),
             });
         }
-        Ok(to_wire(request, stream))
+        let default_max_tokens =
+            catalogue_max_tokens(self.catalogue.as_deref(), &self.key, &request.model)
+                .unwrap_or(DEFAULT_MAX_TOKENS);
+        Ok(to_wire(request, stream, default_max_tokens))
     }
 }
 
@@ -137,6 +152,17 @@ where
     )
 }
 
+/// The catalogue's max output tokens of a model (dated names find their entry).
+pub(crate) fn catalogue_max_tokens(
+    catalogue: Option<&Catalogue>,
+    provider: &str,
+    model: &str,
+) -> Option<u32> {
+    let entry = catalogue?.lookup_served(provider, model)?;
+    (entry.max_output_tokens > 0)
+        .then(|| u32::try_from(entry.max_output_tokens).unwrap_or(u32::MAX))
+}
+
 pub(crate) fn structured(request: &InferenceRequest) -> bool {
     matches!(
         request.response_format,
@@ -180,13 +206,24 @@ struct WireMessage {
 fn image_block(source: &ImageSource) -> Value {
     match source {
         ImageSource::Base64 { media_type, data } => {
+            // Anthropic's media types are image/jpeg, png, gif and webp; `image/jpg` (common in
+            // data URLs) is refused.
+            let media_type = match media_type.as_str() {
+                "image/jpg" => "image/jpeg",
+                other => other,
+            };
             json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}})
         }
         ImageSource::Url { url } => json!({"type": "image", "source": {"type": "url", "url": url}}),
     }
 }
 
-pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesRequest {
+/// The Messages request; `default_max_tokens` is sent when the request sets no `max_tokens`.
+pub(crate) fn to_wire(
+    request: &InferenceRequest,
+    stream: bool,
+    default_max_tokens: u32,
+) -> MessagesRequest {
     let mut system = Vec::new();
     let mut messages: Vec<WireMessage> = Vec::new();
     for message in &request.messages {
@@ -228,6 +265,11 @@ pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesReque
                 )
             }
         };
+        // Anthropic refuses a turn without content (an empty assistant string mid-conversation
+        // would be `"content": []`); the turns around it merge below.
+        if blocks.is_empty() {
+            continue;
+        }
         // Anthropic wants alternating roles: consecutive tool results share one user turn.
         match messages.last_mut() {
             Some(last) if last.role == role => last.content.extend(blocks),
@@ -238,28 +280,55 @@ pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesReque
         }
     }
 
+    let thinking_on = request.thinking_budget.is_some();
     let mut tools: Vec<Value> = request
         .tools
         .iter()
         .map(|t| json!({"name": t.name, "description": t.description.clone().unwrap_or_default(), "input_schema": t.parameters}))
         .collect();
-    let mut tool_choice = request.tool_choice.as_ref().map(|choice| match choice {
-        ToolChoice::Auto => json!({"type": "auto"}),
-        ToolChoice::None => json!({"type": "none"}),
-        ToolChoice::Required => json!({"type": "any"}),
-        ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
-    });
-    match &request.response_format {
-        Some(ResponseFormat::JsonSchema { schema, .. }) => {
-            tools.push(json!({"name": STRUCTURED_TOOL, "description": "Return the answer as this JSON object.", "input_schema": schema}));
-            tool_choice = Some(json!({"type": "tool", "name": STRUCTURED_TOOL}));
+    let structured_tool = match &request.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => Some(
+            json!({"name": STRUCTURED_TOOL, "description": "Return the answer as this JSON object.", "input_schema": schema}),
+        ),
+        Some(ResponseFormat::JsonObject) => Some(
+            json!({"name": STRUCTURED_TOOL, "description": "Return the answer as a JSON object.", "input_schema": {"type": "object"}}),
+        ),
+        _ => None,
+    };
+    let tool_choice = match structured_tool {
+        None => request.tool_choice.as_ref().map(|choice| match choice {
+            ToolChoice::Auto => json!({"type": "auto"}),
+            ToolChoice::None => json!({"type": "none"}),
+            // Thinking only allows auto and none: forcing a tool is refused with 400.
+            ToolChoice::Required | ToolChoice::Tool(_) if thinking_on => json!({"type": "auto"}),
+            ToolChoice::Required => json!({"type": "any"}),
+            ToolChoice::Tool(name) => json!({"type": "tool", "name": name}),
+        }),
+        Some(structured_tool) => {
+            // The answer comes as the structured tool's input. With the caller's tools offered
+            // too, "any" lets the model call a real tool in a tool loop or answer through the
+            // structured tool; forcing the structured tool would end every loop at once.
+            let choice = match &request.tool_choice {
+                Some(ToolChoice::Tool(name)) if !thinking_on => {
+                    json!({"type": "tool", "name": name})
+                }
+                Some(ToolChoice::None) => {
+                    tools.clear();
+                    json!({"type": "tool", "name": STRUCTURED_TOOL})
+                }
+                _ if tools.is_empty() => json!({"type": "tool", "name": STRUCTURED_TOOL}),
+                _ => json!({"type": "any"}),
+            };
+            tools.push(structured_tool);
+            // Thinking only allows auto and none (forced tool use is refused with 400): the
+            // tool's description and the answer check have to carry the format then.
+            Some(if thinking_on {
+                json!({"type": "auto"})
+            } else {
+                choice
+            })
         }
-        Some(ResponseFormat::JsonObject) => {
-            tools.push(json!({"name": STRUCTURED_TOOL, "description": "Return the answer as a JSON object.", "input_schema": {"type": "object"}}));
-            tool_choice = Some(json!({"type": "tool", "name": STRUCTURED_TOOL}));
-        }
-        _ => {}
-    }
+    };
     for tool in &request.vendor_tools {
         if *tool == VendorTool::WebSearch20250305 {
             tools.push(json!({"type": "web_search_20250305", "name": "web_search"}));
@@ -268,7 +337,7 @@ pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesReque
     let thinking = request
         .thinking_budget
         .map(|budget| json!({"type": "enabled", "budget_tokens": budget.max(1024)}));
-    let max_tokens = request.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS);
+    let max_tokens = request.max_tokens.unwrap_or(default_max_tokens);
     MessagesRequest {
         model: request.model.clone(),
         // The thinking budget counts against max_tokens, which must exceed it.
@@ -278,9 +347,13 @@ pub(crate) fn to_wire(request: &InferenceRequest, stream: bool) -> MessagesReque
         },
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages,
-        temperature: request.temperature,
-        top_p: request.top_p,
-        top_k: request.top_k,
+        // Thinking isn't compatible with temperature or top_k modifications and takes top_p
+        // only from 0.95 up (400 otherwise): the thinking asked for wins over sampling settings.
+        temperature: request.temperature.filter(|_| !thinking_on),
+        top_p: request
+            .top_p
+            .map(|p| if thinking_on { p.max(0.95) } else { p }),
+        top_k: request.top_k.filter(|_| !thinking_on),
         stop_sequences: request.stop.clone(),
         tools,
         tool_choice,
@@ -365,11 +438,13 @@ impl WireUsage {
     }
 }
 
-fn finish_reason(raw: &str, structured: bool) -> FinishReason {
+/// The canonical finish reason. `tool_use` ends a turn that called real tools, or one whose
+/// only call is the structured-output tool (then it is the final answer).
+fn finish_reason(raw: &str, real_tool_calls: bool) -> FinishReason {
     match raw {
-        "max_tokens" => FinishReason::Length,
-        "tool_use" if structured => FinishReason::Stop,
-        "tool_use" => FinishReason::ToolCalls,
+        "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
+        "tool_use" if real_tool_calls => FinishReason::ToolCalls,
+        "tool_use" => FinishReason::Stop,
         "refusal" => FinishReason::ContentFilter,
         _ => FinishReason::Stop,
     }
@@ -379,13 +454,11 @@ pub(crate) fn from_wire(wire: MessagesResponse, structured: bool) -> InferenceRe
     let mut response = InferenceResponse {
         model: wire.model,
         usage: wire.usage.canonical(),
-        finish_reason: wire
-            .stop_reason
-            .as_deref()
-            .map(|r| finish_reason(r, structured))
-            .unwrap_or_default(),
         ..Default::default()
     };
+    // The structured-output tool's input is the answer's text; text the model wrote around it
+    // (possible when thinking leaves the choice to the model) is not part of the JSON.
+    let mut structured_answer = None;
     for block in wire.content {
         match block {
             Block::Text { text, citations } => {
@@ -401,9 +474,8 @@ pub(crate) fn from_wire(wire: MessagesResponse, structured: bool) -> InferenceRe
                     }
                 }
             }
-            // Structured output arrives as the forced tool's input: it is the answer's text.
             Block::ToolUse { name, input, .. } if structured && name == STRUCTURED_TOOL => {
-                response.text = input.to_string();
+                structured_answer = Some(input.to_string());
             }
             Block::ToolUse { id, name, input } => {
                 response.tool_calls.push(ToolCall {
@@ -415,6 +487,14 @@ pub(crate) fn from_wire(wire: MessagesResponse, structured: bool) -> InferenceRe
             Block::Other => {}
         }
     }
+    if let Some(answer) = structured_answer {
+        response.text = answer;
+    }
+    response.finish_reason = wire
+        .stop_reason
+        .as_deref()
+        .map(|r| finish_reason(r, !response.tool_calls.is_empty()))
+        .unwrap_or_default();
     response
 }
 
@@ -502,6 +582,11 @@ struct StreamState {
     tool_blocks: HashMap<u32, Option<u32>>,
     next_tool: u32,
     usage: Usage,
+    /// Structured output: text held back until it is known whether the answer comes through
+    /// the structured tool (then the text is not part of it) or as text (sent at the finish).
+    held_text: String,
+    /// Structured output: the structured tool's input has begun; later text is dropped.
+    structured_answer: bool,
 }
 
 impl StreamState {
@@ -521,6 +606,8 @@ impl StreamState {
             } => {
                 if self.structured && name == STRUCTURED_TOOL {
                     self.tool_blocks.insert(index, None);
+                    self.structured_answer = true;
+                    self.held_text.clear();
                     return;
                 }
                 let ordinal = self.next_tool;
@@ -533,6 +620,11 @@ impl StreamState {
                 });
             }
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
+                BlockDelta::TextDelta { text } if self.structured => {
+                    if !self.structured_answer {
+                        self.held_text.push_str(&text);
+                    }
+                }
                 BlockDelta::TextDelta { text } => push(StreamDelta::Text(text)),
                 BlockDelta::InputJsonDelta { partial_json } => match self.tool_blocks.get(&index) {
                     Some(Some(ordinal)) => push(StreamDelta::ToolCallArguments {
@@ -563,7 +655,13 @@ impl StreamState {
                     push(StreamDelta::Usage(update));
                 }
                 if let Some(reason) = delta.stop_reason {
-                    push(StreamDelta::Finish(finish_reason(&reason, self.structured)));
+                    if !self.held_text.is_empty() {
+                        push(StreamDelta::Text(std::mem::take(&mut self.held_text)));
+                    }
+                    push(StreamDelta::Finish(finish_reason(
+                        &reason,
+                        self.next_tool > 0,
+                    )));
                 }
             }
             StreamEvent::ContentBlockStart { .. }
@@ -617,18 +715,338 @@ mod tests {
             vendor_tools: vec![VendorTool::WebSearch20250305],
             ..Default::default()
         };
-        let wire = serde_json::to_value(to_wire(&request, false)).unwrap();
+        let wire = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
         assert_eq!(wire["system"], "sys");
         assert_eq!(wire["max_tokens"], DEFAULT_MAX_TOKENS);
         assert_eq!(wire["top_k"], 5);
         assert_eq!(wire["messages"][1]["content"][0]["type"], "tool_use");
         assert_eq!(wire["messages"][1]["content"][0]["input"], json!({"a": 1}));
         assert_eq!(wire["messages"][2]["content"][0]["type"], "tool_result");
+        // The caller's tool stays callable beside the structured-output tool.
+        assert_eq!(wire["tools"][0]["name"], "f");
+        assert_eq!(wire["tools"][1]["name"], STRUCTURED_TOOL);
+        assert_eq!(wire["tool_choice"], json!({"type": "any"}));
+        assert_eq!(wire["tools"][2]["type"], "web_search_20250305");
+    }
+
+    #[test]
+    fn empty_turns_are_left_out_and_jpg_is_jpeg() {
+        let request = InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![
+                Message::text(Role::User, "first"),
+                Message::text(Role::Assistant, ""),
+                Message {
+                    role: Role::User,
+                    content: vec![ContentPart::Image {
+                        source: ImageSource::Base64 {
+                            media_type: "image/jpg".into(),
+                            data: "AAAA".into(),
+                        },
+                        detail: None,
+                    }],
+                    tool_calls: vec![],
+                    tool_call_id: None,
+                    name: None,
+                },
+                Message::text(Role::Assistant, "ok"),
+            ],
+            ..Default::default()
+        };
+        let wire = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(
+            wire["messages"],
+            json!([
+                {"role": "user", "content": [
+                    {"type": "text", "text": "first"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "AAAA"}}
+                ]},
+                {"role": "assistant", "content": [{"type": "text", "text": "ok"}]}
+            ])
+        );
+    }
+
+    #[test]
+    fn a_full_context_window_is_a_length_finish() {
+        let wire: MessagesResponse = serde_json::from_value(json!({
+            "model": "claude-sonnet-4-5", "stop_reason": "model_context_window_exceeded",
+            "content": [{"type": "text", "text": "partial"}]
+        }))
+        .unwrap();
+        assert_eq!(from_wire(wire, false).finish_reason, FinishReason::Length);
+        let mut state = StreamState::default();
+        let r = accumulate(
+            &mut state,
+            vec![
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "partial"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "model_context_window_exceeded"}}),
+            ],
+        );
+        assert_eq!(r.finish_reason, FinishReason::Length);
+    }
+
+    /// `max_tokens` is required by the Messages API; without one of the request's the model's
+    /// max output from the catalogue is asked for, 4096 for a model the catalogue lacks.
+    #[tokio::test]
+    async fn max_tokens_defaults_to_the_catalogues_max_output() {
+        use baton_testkit::MockProvider;
+        let catalogue = Arc::new(Catalogue::shipped().unwrap());
+        let haiku = catalogue.get("anthropic", "claude-haiku-4-5").unwrap();
+        let max_output = u32::try_from(haiku.max_output_tokens).unwrap();
+        assert_ne!(max_output, DEFAULT_MAX_TOKENS);
+        assert_eq!(
+            catalogue_max_tokens(Some(&catalogue), "anthropic", "claude-haiku-4-5-20251001"),
+            Some(max_output),
+            "a dated name finds its entry"
+        );
+        assert_eq!(
+            catalogue_max_tokens(Some(&catalogue), "anthropic", "claude-unknown"),
+            None
+        );
+
+        let mock = MockProvider::start().await.unwrap();
+        let provider = AnthropicProvider::new(
+            "anthropic",
+            mock.root(),
+            SecretString::from("sk-ant-test-0000".to_string()),
+            reqwest::Client::new(),
+            None,
+        )
+        .with_catalogue(catalogue);
+        for (model, max_tokens, expected) in [
+            ("claude-haiku-4-5", None, max_output),
+            ("claude-haiku-4-5", Some(100), 100),
+            ("claude-unknown", None, DEFAULT_MAX_TOKENS),
+        ] {
+            let request = InferenceRequest {
+                model: model.into(),
+                messages: vec![Message::text(Role::User, "hi")],
+                max_tokens,
+                ..Default::default()
+            };
+            provider.infer(&request).await.unwrap();
+            let sent = mock.received().pop().unwrap();
+            assert_eq!(sent.body["max_tokens"], expected, "{model} {max_tokens:?}");
+        }
+    }
+
+    /// Anthropic: "Thinking isn't compatible with temperature or top_k modifications as well
+    /// as forced tool use"; top_p must be at least 0.95 or unset.
+    #[test]
+    fn thinking_drops_the_sampling_settings_it_refuses() {
+        let mut request = InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            temperature: Some(0.2),
+            top_p: Some(0.5),
+            top_k: Some(10),
+            ..Default::default()
+        };
+        let plain = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(
+            (&plain["temperature"], &plain["top_p"], &plain["top_k"]),
+            (&json!(0.2), &json!(0.5), &json!(10))
+        );
+        request.thinking_budget = Some(2048);
+        let thinking = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert!(thinking.get("temperature").is_none(), "{thinking}");
+        assert!(thinking.get("top_k").is_none(), "{thinking}");
+        assert_eq!(thinking["top_p"], json!(0.95));
+        assert_eq!(
+            thinking["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        request.top_p = Some(0.99);
+        let thinking = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(thinking["top_p"], json!(0.99));
+    }
+
+    fn structured_request(tools: bool, choice: Option<ToolChoice>) -> InferenceRequest {
+        InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            tools: if tools {
+                vec![ToolDefinition {
+                    name: "lookup".into(),
+                    description: None,
+                    parameters: json!({"type": "object"}),
+                    strict: None,
+                }]
+            } else {
+                vec![]
+            },
+            tool_choice: choice,
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "r".into(),
+                schema: json!({"type": "object"}),
+                strict: None,
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn tool_names(wire: &Value) -> Vec<&str> {
+        wire["tools"]
+            .as_array()
+            .map(|tools| tools.iter().filter_map(|t| t["name"].as_str()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Anthropic's tool_choice: `auto`, `any`, `tool` (with `name`), `none`; thinking allows
+    /// only `auto` and `none`.
+    #[test]
+    fn structured_output_leaves_the_callers_tools_callable() {
+        let forced = json!({"type": "tool", "name": STRUCTURED_TOOL});
+        for choice in [None, Some(ToolChoice::Auto), Some(ToolChoice::Required)] {
+            let wire = serde_json::to_value(to_wire(
+                &structured_request(true, choice.clone()),
+                false,
+                DEFAULT_MAX_TOKENS,
+            ))
+            .unwrap();
+            assert_eq!(tool_names(&wire), ["lookup", STRUCTURED_TOOL], "{choice:?}");
+            assert_eq!(wire["tool_choice"], json!({"type": "any"}), "{choice:?}");
+            // Without tools of the caller's the structured tool is forced.
+            let wire = serde_json::to_value(to_wire(
+                &structured_request(false, choice.clone()),
+                false,
+                DEFAULT_MAX_TOKENS,
+            ))
+            .unwrap();
+            assert_eq!(tool_names(&wire), [STRUCTURED_TOOL], "{choice:?}");
+            assert_eq!(wire["tool_choice"], forced, "{choice:?}");
+        }
+        // "none": only the structured tool is offered, and forced.
+        let wire = serde_json::to_value(to_wire(
+            &structured_request(true, Some(ToolChoice::None)),
+            false,
+            DEFAULT_MAX_TOKENS,
+        ))
+        .unwrap();
+        assert_eq!(tool_names(&wire), [STRUCTURED_TOOL]);
+        assert_eq!(wire["tool_choice"], forced);
+        // A specific function stays chosen.
+        let chosen = structured_request(true, Some(ToolChoice::Tool("lookup".into())));
+        let wire = serde_json::to_value(to_wire(&chosen, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(tool_names(&wire), ["lookup", STRUCTURED_TOOL]);
         assert_eq!(
             wire["tool_choice"],
-            json!({"type": "tool", "name": STRUCTURED_TOOL})
+            json!({"type": "tool", "name": "lookup"})
         );
-        assert_eq!(wire["tools"][2]["type"], "web_search_20250305");
+        // Thinking allows no forced tool use.
+        for tools in [false, true] {
+            let thinking = InferenceRequest {
+                thinking_budget: Some(2048),
+                ..structured_request(tools, Some(ToolChoice::Required))
+            };
+            let wire = serde_json::to_value(to_wire(&thinking, false, DEFAULT_MAX_TOKENS)).unwrap();
+            assert_eq!(
+                wire["tool_choice"],
+                json!({"type": "auto"}),
+                "tools: {tools}"
+            );
+        }
+        let thinking = InferenceRequest {
+            thinking_budget: Some(2048),
+            response_format: None,
+            ..structured_request(true, Some(ToolChoice::Tool("lookup".into())))
+        };
+        let wire = serde_json::to_value(to_wire(&thinking, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(wire["tool_choice"], json!({"type": "auto"}));
+    }
+
+    #[test]
+    fn a_real_tool_call_under_structured_output_stays_a_tool_call() {
+        let wire: MessagesResponse = serde_json::from_value(json!({
+            "model": "claude-sonnet-4-5", "stop_reason": "tool_use",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}],
+            "usage": {"input_tokens": 10, "output_tokens": 3}
+        }))
+        .unwrap();
+        let r = from_wire(wire, true);
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.tool_calls[0].name, "lookup");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"q":"x"}"#);
+        assert_eq!(r.text, "");
+        // Text around the structured tool (thinking leaves the choice to the model) is no JSON.
+        let wire: MessagesResponse = serde_json::from_value(json!({
+            "model": "claude-sonnet-4-5", "stop_reason": "tool_use",
+            "content": [{"type": "thinking", "thinking": "hm", "signature": "s"},
+                        {"type": "text", "text": "Here it is:"},
+                        {"type": "tool_use", "id": "toolu_2", "name": STRUCTURED_TOOL, "input": {"a": 1}}],
+        }))
+        .unwrap();
+        let r = from_wire(wire, true);
+        assert_eq!(r.text, r#"{"a":1}"#);
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+        assert!(r.tool_calls.is_empty());
+    }
+
+    fn accumulate(state: &mut StreamState, events: Vec<Value>) -> InferenceResponse {
+        let mut acc = ResponseAccumulator::new("m");
+        for event in events {
+            let mut out = sse::Deltas::new();
+            state.map(serde_json::from_value(event).unwrap(), &mut out);
+            for delta in out {
+                acc.push(&delta.unwrap());
+            }
+        }
+        acc.finish()
+    }
+
+    #[test]
+    fn structured_streams_tell_real_tool_calls_from_the_answer() {
+        let mut state = StreamState {
+            structured: true,
+            ..StreamState::default()
+        };
+        let r = accumulate(
+            &mut state,
+            vec![
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{\"q\":1}"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+            ],
+        );
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.tool_calls[0].id, "toolu_1");
+        assert_eq!(r.text, "");
+
+        let mut state = StreamState {
+            structured: true,
+            ..StreamState::default()
+        };
+        let r = accumulate(
+            &mut state,
+            vec![
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Here:"}}),
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_2", "name": STRUCTURED_TOOL, "input": {}}}),
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "{\"a\":"}}),
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": "1}"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 5}}),
+            ],
+        );
+        assert_eq!(r.text, r#"{"a":1}"#);
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+        assert!(r.tool_calls.is_empty());
+
+        // An answer written as text (thinking on, the model chose not to call the tool) is
+        // sent whole at the finish.
+        let mut state = StreamState {
+            structured: true,
+            ..StreamState::default()
+        };
+        let r = accumulate(
+            &mut state,
+            vec![
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "{\"a\":"}}),
+                json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "2}"}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+            ],
+        );
+        assert_eq!(r.text, r#"{"a":2}"#);
+        assert_eq!(r.finish_reason, FinishReason::Stop);
     }
 
     #[test]

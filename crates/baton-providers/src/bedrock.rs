@@ -5,6 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -27,6 +28,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::anthropic::catalogue_max_tokens;
+use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
 use crate::provider::{DeltaStream, Provider};
@@ -64,6 +67,9 @@ pub struct BedrockProvider {
     credentials: Credentials,
     client: http::ProviderClient,
     timeout: Option<Duration>,
+    /// Where a Claude model's max output tokens come from when thinking needs `maxTokens` and
+    /// the request sets none.
+    catalogue: Option<Arc<Catalogue>>,
 }
 
 impl BedrockProvider {
@@ -90,7 +96,22 @@ impl BedrockProvider {
             ),
             client: client.into(),
             timeout,
+            catalogue: None,
         }
+    }
+
+    /// Thinking without `max_tokens` asks for the model's max output tokens from `catalogue`
+    /// instead of a fixed default.
+    pub fn with_catalogue(mut self, catalogue: Arc<Catalogue>) -> Self {
+        self.catalogue = Some(catalogue);
+        self
+    }
+
+    fn wire(&self, request: &InferenceRequest) -> ProviderResult<ConverseRequest> {
+        let default_max_tokens =
+            catalogue_max_tokens(self.catalogue.as_deref(), &self.key, &request.model)
+                .unwrap_or(DEFAULT_MAX_TOKENS);
+        to_wire(&self.key, request, default_max_tokens)
     }
 
     fn request(
@@ -150,7 +171,7 @@ impl Provider for BedrockProvider {
     }
 
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
-        let body = to_wire(&self.key, request)?;
+        let body = self.wire(request)?;
         let builder = self.request(&request.model, &body, false)?;
         let wire: ConverseResponse =
             http::send_json(&self.key, &request.model, builder, self.timeout).await?;
@@ -158,7 +179,7 @@ impl Provider for BedrockProvider {
     }
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
-        let body = to_wire(&self.key, request)?;
+        let body = self.wire(request)?;
         let builder = self.request(&request.model, &body, true)?;
         let structured = structured(request);
         http::stream(&self.key, &request.model, builder, |response| {
@@ -390,9 +411,12 @@ fn tool_spec(name: &str, description: Option<&str>, schema: &Value) -> Value {
     json!({"toolSpec": spec})
 }
 
+/// The Converse request; `default_max_tokens` is `maxTokens` when thinking needs one and the
+/// request sets none.
 pub(crate) fn to_wire(
     provider: &str,
     request: &InferenceRequest,
+    default_max_tokens: u32,
 ) -> ProviderResult<ConverseRequest> {
     if let Some(tool) = request.vendor_tools.first() {
         return Err(unsupported(
@@ -455,36 +479,47 @@ pub(crate) fn to_wire(
         .iter()
         .map(|t| tool_spec(&t.name, t.description.as_deref(), &t.parameters))
         .collect();
+    // Claude's extended thinking allows only auto (Converse has no "none"): forcing a tool is
+    // refused with a ValidationException.
+    let thinking = request.thinking_budget.is_some() && is_anthropic(&request.model);
     let mut tool_choice = request
         .tool_choice
         .as_ref()
         .and_then(|choice| match choice {
             ToolChoice::Auto => Some(json!({"auto": {}})),
             ToolChoice::None => None,
+            ToolChoice::Required | ToolChoice::Tool(_) if thinking => Some(json!({"auto": {}})),
             ToolChoice::Required => Some(json!({"any": {}})),
             ToolChoice::Tool(name) => Some(json!({"tool": {"name": name}})),
         });
     if !tools_allowed {
         tools.clear();
     }
-    match &request.response_format {
-        Some(ResponseFormat::JsonSchema { schema, .. }) => {
-            tools.push(tool_spec(
-                STRUCTURED_TOOL,
-                Some("Return the answer as this JSON object."),
-                schema,
-            ));
-            tool_choice = Some(json!({"tool": {"name": STRUCTURED_TOOL}}));
-        }
-        Some(ResponseFormat::JsonObject) => {
-            tools.push(tool_spec(
-                STRUCTURED_TOOL,
-                Some("Return the answer as a JSON object."),
-                &json!({"type": "object"}),
-            ));
-            tool_choice = Some(json!({"tool": {"name": STRUCTURED_TOOL}}));
-        }
-        _ => {}
+    let structured_tool = match &request.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => Some(tool_spec(
+            STRUCTURED_TOOL,
+            Some("Return the answer as this JSON object."),
+            schema,
+        )),
+        Some(ResponseFormat::JsonObject) => Some(tool_spec(
+            STRUCTURED_TOOL,
+            Some("Return the answer as a JSON object."),
+            &json!({"type": "object"}),
+        )),
+        _ => None,
+    };
+    if let Some(structured_tool) = structured_tool {
+        // The answer comes as the structured tool's input. With the caller's tools offered too,
+        // "any" lets the model call a real tool in a tool loop or answer through the structured
+        // tool; forcing the structured tool would end every loop at once. A specific choice
+        // stays; with "none" the caller's tools were withheld above.
+        tool_choice = Some(match &request.tool_choice {
+            _ if thinking => json!({"auto": {}}),
+            Some(ToolChoice::Tool(name)) => json!({"tool": {"name": name}}),
+            _ if tools.is_empty() => json!({"tool": {"name": STRUCTURED_TOOL}}),
+            _ => json!({"any": {}}),
+        });
+        tools.push(structured_tool);
     }
     // Converse refuses toolUse/toolResult blocks in a request without toolConfig. When the tools
     // were withheld (tool choice "none") or never sent, they are declared again without a choice:
@@ -518,7 +553,9 @@ pub(crate) fn to_wire(
     let tool_config = (!tools.is_empty()).then_some(ToolConfig { tools, tool_choice });
 
     let mut additional = serde_json::Map::new();
-    if let Some(top_k) = request.top_k {
+    // Claude's thinking isn't compatible with temperature or top_k modifications and takes
+    // top_p only from 0.95 up (a ValidationException otherwise).
+    if let Some(top_k) = request.top_k.filter(|_| !thinking) {
         if is_nova(&request.model) {
             additional.insert("inferenceConfig".into(), json!({"topK": top_k}));
         } else {
@@ -535,12 +572,14 @@ pub(crate) fn to_wire(
             json!({"type": "enabled", "budget_tokens": budget}),
         );
         // The thinking budget counts against maxTokens, which must exceed it.
-        max_tokens = Some(max_tokens.unwrap_or(DEFAULT_MAX_TOKENS).max(budget + 1));
+        max_tokens = Some(max_tokens.unwrap_or(default_max_tokens).max(budget + 1));
     }
     let inference_config = InferenceConfig {
         max_tokens,
-        temperature: request.temperature,
-        top_p: request.top_p,
+        temperature: request.temperature.filter(|_| !thinking),
+        top_p: request
+            .top_p
+            .map(|p| if thinking { p.max(0.95) } else { p }),
         stop_sequences: request.stop.clone(),
     };
     let has_inference_config = inference_config.max_tokens.is_some()
@@ -628,11 +667,13 @@ impl WireUsage {
     }
 }
 
-fn finish_reason(raw: &str, structured: bool) -> FinishReason {
+/// The canonical finish reason. `tool_use` ends a turn that called real tools, or one whose
+/// only call is the structured-output tool (then it is the final answer).
+fn finish_reason(raw: &str, real_tool_calls: bool) -> FinishReason {
     match raw {
         "max_tokens" | "model_context_window_exceeded" => FinishReason::Length,
-        "tool_use" if structured => FinishReason::Stop,
-        "tool_use" => FinishReason::ToolCalls,
+        "tool_use" if real_tool_calls => FinishReason::ToolCalls,
+        "tool_use" => FinishReason::Stop,
         "guardrail_intervened" | "content_filtered" => FinishReason::ContentFilter,
         _ => FinishReason::Stop,
     }
@@ -646,11 +687,6 @@ pub(crate) fn from_wire(
     let mut response = InferenceResponse {
         model: requested_model.to_string(),
         usage: wire.usage.canonical(),
-        finish_reason: wire
-            .stop_reason
-            .as_deref()
-            .map(|r| finish_reason(r, structured))
-            .unwrap_or_default(),
         ..Default::default()
     };
     let blocks = wire
@@ -658,14 +694,16 @@ pub(crate) fn from_wire(
         .and_then(|o| o.message)
         .map(|m| m.content)
         .unwrap_or_default();
+    // The structured-output tool's input is the answer's text; text the model wrote around it
+    // (possible when thinking leaves the choice to the model) is not part of the JSON.
+    let mut structured_answer = None;
     for block in blocks {
         if let Some(text) = block.text {
             response.text.push_str(&text);
         }
         match block.tool_use {
-            // Structured output arrives as the forced tool's input: it is the answer's text.
             Some(call) if structured && call.name == STRUCTURED_TOOL => {
-                response.text = call.input.to_string();
+                structured_answer = Some(call.input.to_string());
             }
             Some(call) => response.tool_calls.push(ToolCall {
                 id: call.tool_use_id,
@@ -675,6 +713,14 @@ pub(crate) fn from_wire(
             None => {}
         }
     }
+    if let Some(answer) = structured_answer {
+        response.text = answer;
+    }
+    response.finish_reason = wire
+        .stop_reason
+        .as_deref()
+        .map(|r| finish_reason(r, !response.tool_calls.is_empty()))
+        .unwrap_or_default();
     response
 }
 
@@ -834,6 +880,11 @@ pub(crate) struct StreamState {
     /// Content-block index to tool-call ordinal; `None` for the structured-output tool.
     tool_blocks: HashMap<u32, Option<u32>>,
     next_tool: u32,
+    /// Structured output: text held back until it is known whether the answer comes through
+    /// the structured tool (then the text is not part of it) or as text (sent at the finish).
+    held_text: String,
+    /// Structured output: the structured tool's input has begun; later text is dropped.
+    structured_answer: bool,
 }
 
 impl StreamState {
@@ -843,6 +894,8 @@ impl StreamState {
             structured,
             tool_blocks: HashMap::new(),
             next_tool: 0,
+            held_text: String::new(),
+            structured_answer: false,
         }
     }
 
@@ -899,6 +952,8 @@ impl StreamState {
                 };
                 if self.structured && tool.name == STRUCTURED_TOOL {
                     self.tool_blocks.insert(start.content_block_index, None);
+                    self.structured_answer = true;
+                    self.held_text.clear();
                     return Ok(Vec::new());
                 }
                 let ordinal = self.next_tool;
@@ -915,7 +970,11 @@ impl StreamState {
                 let delta: BlockDelta = self.payload(message, event)?;
                 let mut out = Vec::new();
                 if let Some(text) = delta.delta.text.filter(|t| !t.is_empty()) {
-                    out.push(StreamDelta::Text(text));
+                    if !self.structured {
+                        out.push(StreamDelta::Text(text));
+                    } else if !self.structured_answer {
+                        self.held_text.push_str(&text);
+                    }
                 }
                 if let Some(tool) = delta.delta.tool_use.filter(|t| !t.input.is_empty()) {
                     match self.tool_blocks.get(&delta.content_block_index) {
@@ -932,9 +991,17 @@ impl StreamState {
             }
             "messageStop" => {
                 let stop: MessageStop = self.payload(message, event)?;
-                stop.stop_reason
-                    .map(|r| vec![StreamDelta::Finish(finish_reason(&r, self.structured))])
-                    .unwrap_or_default()
+                let mut out = Vec::new();
+                if let Some(reason) = stop.stop_reason {
+                    if !self.held_text.is_empty() {
+                        out.push(StreamDelta::Text(std::mem::take(&mut self.held_text)));
+                    }
+                    out.push(StreamDelta::Finish(finish_reason(
+                        &reason,
+                        self.next_tool > 0,
+                    )));
+                }
+                out
             }
             "metadata" => {
                 let metadata: Metadata = self.payload(message, event)?;
@@ -1123,7 +1190,7 @@ mod tests {
     }
 
     fn wire(request: &InferenceRequest) -> Value {
-        serde_json::to_value(to_wire("bedrock", request).unwrap()).unwrap()
+        serde_json::to_value(to_wire("bedrock", request, DEFAULT_MAX_TOKENS).unwrap()).unwrap()
     }
 
     #[test]
@@ -1158,22 +1225,34 @@ mod tests {
             ]})
         );
         assert_eq!(wire["messages"].as_array().unwrap().len(), 3);
+        // Claude's thinking refuses temperature and top_k, and top_p under 0.95.
         assert_eq!(
             wire["inferenceConfig"],
-            json!({"maxTokens": 2001, "temperature": 0.5, "topP": 0.9, "stopSequences": ["END"]})
+            json!({"maxTokens": 2001, "topP": 0.95, "stopSequences": ["END"]})
         );
         assert_eq!(
             wire["toolConfig"],
             json!({
                 "tools": [{"toolSpec": {"name": "lookup", "description": "find",
                     "inputSchema": {"json": {"type": "object", "properties": {"q": {"type": "integer"}}}}}}],
-                "toolChoice": {"any": {}}
+                // "required" under Claude's thinking, which refuses forced tool use.
+                "toolChoice": {"auto": {}}
             })
         );
         assert_eq!(
             wire["additionalModelRequestFields"],
-            json!({"top_k": 40, "thinking": {"type": "enabled", "budget_tokens": 2000}})
+            json!({"thinking": {"type": "enabled", "budget_tokens": 2000}})
         );
+        // Without thinking they are all sent.
+        let plain = super::tests::wire(&InferenceRequest {
+            thinking_budget: None,
+            ..request()
+        });
+        assert_eq!(
+            plain["inferenceConfig"],
+            json!({"maxTokens": 100, "temperature": 0.5, "topP": 0.9, "stopSequences": ["END"]})
+        );
+        assert_eq!(plain["additionalModelRequestFields"], json!({"top_k": 40}));
     }
 
     #[test]
@@ -1232,6 +1311,93 @@ mod tests {
         assert_eq!(wire(&req)["toolConfig"]["toolChoice"], json!({"auto": {}}));
     }
 
+    /// Converse's toolChoice: `{"auto":{}}`, `{"any":{}}`, `{"tool":{"name":..}}`.
+    #[test]
+    fn structured_output_leaves_the_callers_tools_callable() {
+        let names = |wire: &Value| -> Vec<String> {
+            wire["toolConfig"]["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["toolSpec"]["name"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let mut req = InferenceRequest {
+            model: "amazon.nova-pro-v1:0".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            tools: request().tools,
+            response_format: Some(ResponseFormat::JsonObject),
+            ..Default::default()
+        };
+        for choice in [None, Some(ToolChoice::Auto), Some(ToolChoice::Required)] {
+            req.tool_choice = choice.clone();
+            let wire = wire(&req);
+            assert_eq!(names(&wire), ["lookup", STRUCTURED_TOOL], "{choice:?}");
+            assert_eq!(
+                wire["toolConfig"]["toolChoice"],
+                json!({"any": {}}),
+                "{choice:?}"
+            );
+        }
+        req.tool_choice = Some(ToolChoice::Tool("lookup".into()));
+        assert_eq!(
+            wire(&req)["toolConfig"]["toolChoice"],
+            json!({"tool": {"name": "lookup"}})
+        );
+        req.tool_choice = Some(ToolChoice::None);
+        let wire_none = wire(&req);
+        assert_eq!(names(&wire_none), [STRUCTURED_TOOL]);
+        assert_eq!(
+            wire_none["toolConfig"]["toolChoice"],
+            json!({"tool": {"name": STRUCTURED_TOOL}})
+        );
+        // Claude with thinking takes only auto.
+        req.model = "anthropic.claude-sonnet-4-5-20250929-v1:0".into();
+        req.thinking_budget = Some(2048);
+        req.tool_choice = None;
+        assert_eq!(wire(&req)["toolConfig"]["toolChoice"], json!({"auto": {}}));
+        req.tools.clear();
+        assert_eq!(wire(&req)["toolConfig"]["toolChoice"], json!({"auto": {}}));
+    }
+
+    /// Claude's thinking needs `maxTokens` above the budget: without the request's, the
+    /// model's max output from the catalogue, 4096 for a model the catalogue lacks.
+    #[test]
+    fn thinking_max_tokens_default_to_the_catalogues_max_output() {
+        let catalogue = Arc::new(Catalogue::shipped().unwrap());
+        let model = "global.anthropic.claude-haiku-4-5-20251001-v1:0";
+        let max_output = catalogue.get("bedrock", model).unwrap().max_output_tokens;
+        let provider = BedrockProvider::new(
+            "bedrock",
+            "https://bedrock-runtime.us-east-1.amazonaws.com",
+            "us-east-1".into(),
+            AwsCredentials {
+                access_key_id: "AKID".into(),
+                secret_access_key: "secret".into(),
+                session_token: None,
+            },
+            reqwest::Client::new(),
+            None,
+        )
+        .with_catalogue(catalogue);
+        let mut req = InferenceRequest {
+            model: model.into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            thinking_budget: Some(2048),
+            ..Default::default()
+        };
+        let max_tokens = |req: &InferenceRequest| {
+            serde_json::to_value(provider.wire(req).unwrap()).unwrap()["inferenceConfig"]
+                ["maxTokens"]
+                .clone()
+        };
+        assert_eq!(max_tokens(&req), json!(max_output));
+        req.model = "anthropic.claude-unknown-v1:0".into();
+        assert_eq!(max_tokens(&req), json!(DEFAULT_MAX_TOKENS));
+        req.max_tokens = Some(3000);
+        assert_eq!(max_tokens(&req), json!(3000));
+    }
+
     #[test]
     fn tool_history_keeps_a_tool_config() {
         let history = vec![
@@ -1287,7 +1453,7 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(
-            to_wire("bedrock", &req),
+            to_wire("bedrock", &req, DEFAULT_MAX_TOKENS),
             Err(ProviderError::Unsupported { .. })
         ));
         req.vendor_tools.clear();
@@ -1297,7 +1463,7 @@ mod tests {
             },
             detail: None,
         });
-        let err = to_wire("bedrock", &req).unwrap_err();
+        let err = to_wire("bedrock", &req, DEFAULT_MAX_TOKENS).unwrap_err();
         assert!(err.to_string().contains("image URLs"), "{err}");
         req.messages[0].content[1] = ContentPart::Image {
             source: ImageSource::Base64 {
@@ -1307,7 +1473,7 @@ mod tests {
             detail: None,
         };
         assert!(matches!(
-            to_wire("bedrock", &req),
+            to_wire("bedrock", &req, DEFAULT_MAX_TOKENS),
             Err(ProviderError::Unsupported { .. })
         ));
         for (media, format) in [
@@ -1495,7 +1661,7 @@ mod tests {
             ("guardrail_intervened", FinishReason::ContentFilter),
             ("content_filtered", FinishReason::ContentFilter),
         ] {
-            assert_eq!(finish_reason(raw, false), reason, "{raw}");
+            assert_eq!(finish_reason(raw, true), reason, "{raw}");
         }
         let empty: ConverseResponse = serde_json::from_value(json!({})).unwrap();
         assert_eq!(from_wire(empty, "m", false).text, "");
@@ -1644,6 +1810,52 @@ mod tests {
         assert_eq!(r.text, "{\"a\":1}");
         assert!(r.tool_calls.is_empty());
         assert_eq!(r.finish_reason, FinishReason::Stop);
+    }
+
+    /// With structured output and the caller's tools offered, a real call stays a tool call
+    /// (the loop goes on), and text before the structured answer is not part of it.
+    #[tokio::test]
+    async fn structured_streams_tell_real_tool_calls_from_the_answer() {
+        let raw = [
+            event("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "tooluse_1", "name": "lookup"}}})),
+            event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": "{\"q\":1}"}}})),
+            event("messageStop", json!({"stopReason": "tool_use"})),
+        ]
+        .concat();
+        let r = accumulate(&decode(vec![raw], true).await);
+        assert_eq!(
+            r.tool_calls,
+            vec![tool_call("tooluse_1", "lookup", "{\"q\":1}")]
+        );
+        assert_eq!(r.finish_reason, FinishReason::ToolCalls);
+        assert_eq!(r.text, "");
+
+        let raw = [
+            event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"text": "Here:"}})),
+            event("contentBlockStart", json!({"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "x", "name": STRUCTURED_TOOL}}})),
+            event("contentBlockDelta", json!({"contentBlockIndex": 1, "delta": {"toolUse": {"input": "{\"a\":1}"}}})),
+            event("messageStop", json!({"stopReason": "tool_use"})),
+        ]
+        .concat();
+        let r = accumulate(&decode(vec![raw], true).await);
+        assert_eq!(r.text, "{\"a\":1}");
+        assert_eq!(r.finish_reason, FinishReason::Stop);
+
+        // An answer given as text is sent whole at the finish.
+        let raw = [
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "{\"a\":"}}),
+            ),
+            event(
+                "contentBlockDelta",
+                json!({"contentBlockIndex": 0, "delta": {"text": "2}"}}),
+            ),
+            event("messageStop", json!({"stopReason": "end_turn"})),
+        ]
+        .concat();
+        let r = accumulate(&decode(vec![raw], true).await);
+        assert_eq!(r.text, "{\"a\":2}");
     }
 
     #[tokio::test]

@@ -59,7 +59,11 @@ pub fn request_body(
     match format {
         Format::OpenAiChat => encode(&openai::to_wire(request, &Flavor::OpenAi, stream)),
         Format::OpenAiResponses => encode(&openai_responses::to_wire(PROVIDER, request, stream)?),
-        Format::Anthropic => encode(&anthropic::to_wire(request, stream)),
+        Format::Anthropic => encode(&anthropic::to_wire(
+            request,
+            stream,
+            anthropic::DEFAULT_MAX_TOKENS,
+        )),
         Format::Gemini => {
             let wire = gemini::to_wire(request).map_err(|what| ProviderError::Unsupported {
                 provider: PROVIDER.into(),
@@ -67,7 +71,11 @@ pub fn request_body(
             })?;
             encode(&wire)
         }
-        Format::Bedrock => encode(&bedrock::to_wire(PROVIDER, request)?),
+        Format::Bedrock => encode(&bedrock::to_wire(
+            PROVIDER,
+            request,
+            bedrock::DEFAULT_MAX_TOKENS,
+        )?),
     }
 }
 

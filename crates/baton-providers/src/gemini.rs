@@ -688,6 +688,7 @@ pub(crate) fn from_wire(wire: GenerateContentResponse, requested_model: &str) ->
         finish_reason,
         usage,
         citations,
+        refusal: None,
     }
 }
 

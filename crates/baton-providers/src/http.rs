@@ -363,7 +363,7 @@ async fn status_error(provider: &str, model: &str, response: Response) -> Provid
             text
         }
     });
-    if status == StatusCode::NOT_FOUND {
+    if status == StatusCode::NOT_FOUND || names_unknown_model(status, &body) {
         return ProviderError::ModelNotFound {
             provider: provider.to_string(),
             model: model.to_string(),
@@ -388,6 +388,30 @@ async fn read_capped(mut response: Response, cap: usize) -> Vec<u8> {
         }
     }
     body
+}
+
+/// Whether a refusal that is not a 404 says the model is unknown, as some providers answer an
+/// unknown model with 400 (DESIGN.md "Providers": passed on as 404 `MODEL_NOT_FOUND`):
+/// Bedrock `ValidationException` "The provided model identifier is invalid.", DeepSeek
+/// `{"error": {"message": "Model Not Exist"}}`, Mistral `{"type": "invalid_model"}`, and
+/// OpenAI's `model_not_found` code wherever a compatible server sends it.
+fn names_unknown_model(status: StatusCode, body: &[u8]) -> bool {
+    if !status.is_client_error() {
+        return false;
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(body) else {
+        return false;
+    };
+    let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str);
+    text("/error/code") == Some("model_not_found")
+        || text("/code") == Some("model_not_found")
+        || status == StatusCode::BAD_REQUEST
+            && (text("/type") == Some("invalid_model")
+                || text("/error/message") == Some("Model Not Exist")
+                || [text("/message"), text("/Message")]
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m.starts_with("The provided model identifier is invalid")))
 }
 
 /// Finds the human message in the error bodies of the four wire formats.
@@ -464,6 +488,81 @@ mod tests {
             );
         }
         assert_eq!(error_message(b"<html>"), None);
+    }
+
+    /// Unknown-model answers as the providers send them (Bedrock's Converse error body is
+    /// `{"message": ...}` with the type in a header).
+    #[test]
+    fn unknown_model_refusals_are_recognised() {
+        let bad = StatusCode::BAD_REQUEST;
+        for body in [
+            r#"{"message":"The provided model identifier is invalid."}"#,
+            r#"{"error":{"message":"Model Not Exist","type":"invalid_request_error","param":null,"code":"invalid_request_error"}}"#,
+            r#"{"object":"error","message":"Invalid model: mistral-nope","type":"invalid_model","param":null,"code":"1500"}"#,
+            r#"{"error":{"message":"The model `x` does not exist","type":"invalid_request_error","param":null,"code":"model_not_found"}}"#,
+        ] {
+            assert!(names_unknown_model(bad, body.as_bytes()), "{body}");
+        }
+        for (status, body) in [
+            (
+                bad,
+                r#"{"message":"Malformed input request: extraneous key [top_n]"}"#,
+            ),
+            (
+                bad,
+                r#"{"error":{"message":"Invalid max_tokens","type":"invalid_request_error"}}"#,
+            ),
+            (
+                bad,
+                r#"{"object":"error","message":"bad","type":"invalid_request_error"}"#,
+            ),
+            (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                r#"{"type":"invalid_model"}"#,
+            ),
+            (bad, "<html>"),
+        ] {
+            assert!(!names_unknown_model(status, body.as_bytes()), "{body}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_400_for_an_unknown_model_is_model_not_found() {
+        use crate::openai::{Flavor, OpenAiProvider};
+        use crate::provider::Provider;
+        use baton_testkit::{MockProvider, Reply};
+        let mock = MockProvider::start().await.unwrap();
+        // The mock sends `{"error": {"message": ...}}`, DeepSeek's shape.
+        mock.push(Reply::Status {
+            status: 400,
+            message: "Model Not Exist".into(),
+            retry_after: None,
+        });
+        let deepseek = OpenAiProvider::new(
+            "deepseek",
+            Flavor::DeepSeek,
+            mock.openai_base(),
+            Some("sk-test-key-123".to_string().into()),
+            reqwest::Client::new(),
+            None,
+        );
+        let request = baton_domain::chat::InferenceRequest {
+            model: "deepseek-nope".into(),
+            messages: vec![baton_domain::chat::Message::text(
+                baton_domain::chat::Role::User,
+                "hi",
+            )],
+            ..Default::default()
+        };
+        let err = deepseek.infer(&request).await.unwrap_err();
+        assert_eq!(
+            err,
+            ProviderError::ModelNotFound {
+                provider: "deepseek".into(),
+                model: "deepseek-nope".into(),
+                message: "Model Not Exist".into(),
+            }
+        );
     }
 
     #[test]

@@ -94,7 +94,7 @@ impl Registry {
                     .extra_models
                     .insert(key.to_string(), provider_config.models.clone());
             }
-            if let Some(provider) = build(key, built_in, &provider_config)? {
+            if let Some(provider) = build(key, built_in, &provider_config, &registry.catalogue)? {
                 registry.configured.insert(key.to_string(), true);
                 registry.providers.insert(key.to_string(), provider);
             } else {
@@ -162,6 +162,7 @@ fn build(
     key: &str,
     built_in: bool,
     config: &ProviderConfig,
+    catalogue: &Arc<Catalogue>,
 ) -> ProviderResult<Option<Arc<dyn Provider>>> {
     let has_key = config
         .api_key
@@ -215,13 +216,16 @@ fn build(
             let Some(api_key) = config.api_key.clone().filter(|_| has_key) else {
                 return Ok(None);
             };
-            Arc::new(AnthropicProvider::new(
-                key,
-                base_url(default_base_url(key)),
-                api_key,
-                client()?,
-                timeout,
-            ))
+            Arc::new(
+                AnthropicProvider::new(
+                    key,
+                    base_url(default_base_url(key)),
+                    api_key,
+                    client()?,
+                    timeout,
+                )
+                .with_catalogue(catalogue.clone()),
+            )
         }
         "google" => {
             let Some(api_key) = config.api_key.clone().filter(|_| has_key) else {
@@ -252,14 +256,10 @@ fn build(
                 secret_access_key,
                 session_token: config.session_token.clone(),
             };
-            Arc::new(BedrockProvider::new(
-                key,
-                base,
-                region,
-                credentials,
-                client()?,
-                timeout,
-            ))
+            Arc::new(
+                BedrockProvider::new(key, base, region, credentials, client()?, timeout)
+                    .with_catalogue(catalogue.clone()),
+            )
         }
         _ => {
             // Extra providers: OpenAI-compatible servers (xAI, Groq, vLLM, Ollama, ...). A local

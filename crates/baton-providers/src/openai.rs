@@ -216,6 +216,9 @@ pub(crate) struct ChatRequest<'a> {
     max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<i64>,
+    /// Mistral's name for `seed` (it refuses `seed` as an extra field, 422).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    random_seed: Option<i64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     stop: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -323,7 +326,7 @@ pub(crate) fn to_wire<'a>(
     flavor: &Flavor,
     stream: bool,
 ) -> ChatRequest<'a> {
-    let messages = request
+    let mut messages: Vec<WireMessage> = request
         .messages
         .iter()
         .map(|m| WireMessage {
@@ -369,7 +372,34 @@ pub(crate) fn to_wire<'a>(
             serde_json::json!({"type": "function", "function": {"name": name}})
         }
     });
+    if *flavor == Flavor::Mistral {
+        mistral_tool_call_ids(&mut messages);
+    }
+    if *flavor == Flavor::DeepSeek
+        && let Some(instruction) = deepseek_json_instruction(request)
+    {
+        // After the caller's own leading system messages, before the conversation.
+        let at = messages
+            .iter()
+            .position(|m| m.role != "system")
+            .unwrap_or(messages.len());
+        messages.insert(
+            at,
+            WireMessage {
+                role: "system",
+                content: Some(Value::String(instruction)),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+                name: None,
+            },
+        );
+    }
     let response_format = request.response_format.as_ref().map(|format| match format {
+        // DeepSeek has JSON output (`json_object`) but no `json_schema`: the schema goes into
+        // the prompt, and Baton checks the answer against it afterwards.
+        ResponseFormat::JsonSchema { .. } if *flavor == Flavor::DeepSeek => {
+            serde_json::json!({"type": "json_object"})
+        }
         ResponseFormat::Text => serde_json::json!({"type": "text"}),
         ResponseFormat::JsonObject => serde_json::json!({"type": "json_object"}),
         ResponseFormat::JsonSchema {
@@ -398,7 +428,8 @@ pub(crate) fn to_wire<'a>(
         top_p: request.top_p,
         max_tokens: request.max_tokens.filter(|_| !modern),
         max_completion_tokens: request.max_tokens.filter(|_| modern),
-        seed: request.seed,
+        seed: request.seed.filter(|_| *flavor != Flavor::Mistral),
+        random_seed: request.seed.filter(|_| *flavor == Flavor::Mistral),
         stop: request.stop.clone(),
         tools,
         tool_choice,
@@ -409,6 +440,88 @@ pub(crate) fn to_wire<'a>(
         stream_options: (stream && *flavor != Flavor::Mistral).then_some(StreamOptions {
             include_usage: true,
         }),
+    }
+}
+
+/// Whether Mistral takes `id` as a tool-call id: exactly 9 characters of `[a-zA-Z0-9]`.
+fn is_mistral_tool_call_id(id: &str) -> bool {
+    id.len() == 9 && id.bytes().all(|b| b.is_ascii_alphanumeric())
+}
+
+/// Mistral refuses (400) tool-call ids that are not 9 alphanumerics, which a history carries
+/// when another provider made the calls (`toolu_...`, `call_0`). Each such id, in the calls
+/// and in the results answering them, becomes one derived from it (FNV-1a, base 62), so a
+/// call and its result still match; ids Mistral takes stay as they are, and a derived id
+/// that meets one already used is derived again.
+fn mistral_tool_call_ids(messages: &mut [WireMessage]) {
+    const ALPHABET: &[u8; 62] = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
+    let mut used: std::collections::HashSet<String> = messages
+        .iter()
+        .flat_map(|m| {
+            m.tool_calls
+                .iter()
+                .map(|c| c.id.as_str())
+                .chain(m.tool_call_id.as_deref())
+        })
+        .filter(|id| is_mistral_tool_call_id(id))
+        .map(str::to_string)
+        .collect();
+    let mut mapped: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut map = |id: &mut String| {
+        if is_mistral_tool_call_id(id) {
+            return;
+        }
+        if let Some(new) = mapped.get(id.as_str()) {
+            id.clone_from(new);
+            return;
+        }
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut derive = |bytes: &[u8]| {
+            for &b in bytes {
+                hash ^= u64::from(b);
+                hash = hash.wrapping_mul(0x0100_0000_01b3);
+            }
+            let mut rest = hash;
+            let mut out = String::with_capacity(9);
+            for _ in 0..9 {
+                out.push(char::from(ALPHABET[(rest % 62) as usize]));
+                rest /= 62;
+            }
+            out
+        };
+        let mut new = derive(id.as_bytes());
+        while used.contains(&new) {
+            new = derive(b"+");
+        }
+        used.insert(new.clone());
+        mapped.insert(std::mem::replace(id, new.clone()), new);
+    };
+    for message in messages.iter_mut() {
+        for call in &mut message.tool_calls {
+            map(&mut call.id);
+        }
+        if let Some(id) = &mut message.tool_call_id {
+            map(id);
+        }
+    }
+}
+
+/// The system instruction DeepSeek's JSON output needs: its prompt must contain the word
+/// "json" (the request is refused otherwise), and `json_schema` is not supported, so a
+/// schema is given as text. None when JSON is not asked for, or already mentioned.
+fn deepseek_json_instruction(request: &InferenceRequest) -> Option<String> {
+    match &request.response_format {
+        Some(ResponseFormat::JsonSchema { schema, .. }) => Some(format!(
+            "Answer with JSON only, matching this JSON Schema: {schema}"
+        )),
+        Some(ResponseFormat::JsonObject) => {
+            let mentioned = request.messages.iter().any(|m| {
+                matches!(m.role, Role::System | Role::User)
+                    && m.joined_text().to_ascii_lowercase().contains("json")
+            });
+            (!mentioned).then(|| "Answer with a JSON object only.".to_string())
+        }
+        _ => None,
     }
 }
 
@@ -542,12 +655,7 @@ pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceR
             ..Default::default()
         };
     };
-    let mut text = text_of(&choice.message.content);
-    if text.is_empty()
-        && let Some(refusal) = choice.message.refusal
-    {
-        text = refusal;
-    }
+    let text = text_of(&choice.message.content);
     let citations = choice
         .message
         .annotations
@@ -578,6 +686,8 @@ pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceR
             .unwrap_or_default(),
         usage,
         citations,
+        // Kept apart from the text, as OpenAI sends it: a refusal is no answer to validate.
+        refusal: choice.message.refusal.filter(|r| !r.is_empty()),
     }
 }
 
@@ -611,6 +721,8 @@ struct ChunkChoice {
 struct ChunkDelta {
     #[serde(default)]
     content: DeltaText,
+    #[serde(default)]
+    refusal: Option<String>,
     #[serde(default)]
     tool_calls: Vec<ChunkToolCall>,
 }
@@ -656,6 +768,9 @@ impl StreamState {
             let DeltaText(text) = choice.delta.content;
             if !text.is_empty() {
                 push(StreamDelta::Text(text));
+            }
+            if let Some(refusal) = choice.delta.refusal.filter(|r| !r.is_empty()) {
+                push(StreamDelta::Refusal(refusal));
             }
             for (position, call) in choice.delta.tool_calls.into_iter().enumerate() {
                 let index = call.index.unwrap_or(position as u32);
@@ -804,6 +919,7 @@ mod tests {
             ],
             temperature: Some(0.5),
             max_tokens: Some(100),
+            seed: Some(7),
             tools: vec![ToolDefinition {
                 name: "lookup".into(),
                 description: Some("find".into()),
@@ -836,10 +952,115 @@ mod tests {
         assert_eq!(openai["stream_options"]["include_usage"], true);
         assert_eq!(openai["tools"][0]["function"]["name"], "lookup");
 
+        assert!(openai.get("random_seed").is_none());
+        assert_eq!(openai["seed"], 7);
+
         let mistral = serde_json::to_value(to_wire(&req, &Flavor::Mistral, true)).unwrap();
+        // Mistral's request schema forbids extra fields; its seed is `random_seed`.
+        assert_eq!(mistral["random_seed"], 7);
+        assert!(mistral.get("seed").is_none());
         assert_eq!(mistral["max_tokens"], 100);
         assert_eq!(mistral["tool_choice"], "any");
         assert!(mistral.get("stream_options").is_none());
+    }
+
+    /// Mistral: tool-call ids must be 9 characters of `[a-zA-Z0-9]`.
+    #[test]
+    fn mistral_tool_call_ids_are_nine_alphanumerics_and_still_pair_up() {
+        let call = |id: &str| ToolCall {
+            id: id.into(),
+            name: "lookup".into(),
+            arguments: "{}".into(),
+        };
+        let result = |id: &str| Message {
+            tool_call_id: Some(id.into()),
+            ..Message::text(Role::Tool, "42")
+        };
+        let req = InferenceRequest {
+            model: "mistral-small-latest".into(),
+            messages: vec![
+                Message::text(Role::User, "hi"),
+                Message {
+                    role: Role::Assistant,
+                    content: vec![],
+                    tool_calls: vec![
+                        call("toolu_01A09q90qw90lq917835lq9"),
+                        call("call_0"),
+                        call("D681PevKs"),
+                    ],
+                    tool_call_id: None,
+                    name: None,
+                },
+                result("toolu_01A09q90qw90lq917835lq9"),
+                result("call_0"),
+                result("D681PevKs"),
+            ],
+            ..Default::default()
+        };
+        let wire = serde_json::to_value(to_wire(&req, &Flavor::Mistral, false)).unwrap();
+        let calls: Vec<&str> = wire["messages"][1]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap())
+            .collect();
+        let results: Vec<&str> = (2..5)
+            .map(|i| wire["messages"][i]["tool_call_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(calls, results, "each result still names its call");
+        assert_eq!(calls[2], "D681PevKs", "an id Mistral takes is kept");
+        for id in &calls {
+            assert!(is_mistral_tool_call_id(id), "{id}");
+        }
+        assert_ne!(calls[0], calls[1]);
+        // The same history maps the same way.
+        let again = serde_json::to_value(to_wire(&req, &Flavor::Mistral, false)).unwrap();
+        assert_eq!(again["messages"], wire["messages"]);
+        // Other flavors send the ids as they are.
+        let openai = serde_json::to_value(to_wire(&req, &Flavor::OpenAi, false)).unwrap();
+        assert_eq!(openai["messages"][3]["tool_call_id"], "call_0");
+    }
+
+    /// DeepSeek's JSON output: `response_format` `{"type": "json_object"}` only, and the
+    /// word "json" in the system or user prompt.
+    #[test]
+    fn deepseek_gets_json_object_and_the_schema_in_a_system_instruction() {
+        let req = request();
+        let wire = serde_json::to_value(to_wire(&req, &Flavor::DeepSeek, false)).unwrap();
+        assert_eq!(wire["response_format"], json!({"type": "json_object"}));
+        let messages = wire["messages"].as_array().unwrap();
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[0]["content"], "be brief");
+        assert_eq!(messages[1]["role"], "system");
+        assert_eq!(
+            messages[1]["content"],
+            r#"Answer with JSON only, matching this JSON Schema: {"type":"object"}"#
+        );
+        assert_eq!(messages[2]["role"], "user");
+        // Other flavors keep json_schema and the caller's messages.
+        let openai = serde_json::to_value(to_wire(&req, &Flavor::OpenAi, false)).unwrap();
+        assert_eq!(openai["response_format"]["type"], "json_schema");
+        assert_eq!(openai["messages"].as_array().unwrap().len(), 2);
+
+        // json_object: an instruction only when no prompt says "json" yet.
+        let mut object = InferenceRequest {
+            model: "deepseek-chat".into(),
+            messages: vec![Message::text(Role::User, "list three colours")],
+            response_format: Some(ResponseFormat::JsonObject),
+            ..Default::default()
+        };
+        let wire = serde_json::to_value(to_wire(&object, &Flavor::DeepSeek, false)).unwrap();
+        assert_eq!(wire["response_format"], json!({"type": "json_object"}));
+        assert_eq!(wire["messages"][0]["role"], "system");
+        assert!(
+            wire["messages"][0]["content"]
+                .as_str()
+                .unwrap()
+                .contains("JSON")
+        );
+        object.messages = vec![Message::text(Role::User, "list three colours as Json")];
+        let wire = serde_json::to_value(to_wire(&object, &Flavor::DeepSeek, false)).unwrap();
+        assert_eq!(wire["messages"].as_array().unwrap().len(), 1);
     }
 
     #[test]
@@ -963,6 +1184,44 @@ mod tests {
         assert_eq!(text_of_chunk(two), ["first"]);
         assert!(text_of_chunk(r#"{"choices": []}"#).is_empty());
         assert!(text_of_chunk("{}").is_empty());
+    }
+
+    /// Chat Completions carry a refusal in `message.refusal` / `delta.refusal`, with content
+    /// null; it stays a refusal, not text.
+    #[test]
+    fn refusals_stay_apart_from_the_text() {
+        let wire: ChatResponse = serde_json::from_value(json!({
+            "model": "gpt-4o-2024-08-06",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                "content": null, "refusal": "I'm sorry, I cannot assist with that request."}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 10}
+        }))
+        .unwrap();
+        let r = from_wire(wire, "gpt-4o");
+        assert_eq!(r.text, "");
+        assert_eq!(
+            r.refusal.as_deref(),
+            Some("I'm sorry, I cannot assist with that request.")
+        );
+
+        let mut state = StreamState::default();
+        let mut acc = ResponseAccumulator::new("m");
+        for chunk in [
+            r#"{"choices": [{"delta": {"role": "assistant", "content": null, "refusal": ""}}]}"#,
+            r#"{"choices": [{"delta": {"refusal": "I'm sorry"}}]}"#,
+            r#"{"choices": [{"delta": {"refusal": ", no."}}]}"#,
+            r#"{"choices": [{"delta": {}, "finish_reason": "stop"}]}"#,
+        ] {
+            let mut out = Deltas::new();
+            state.map(serde_json::from_str(chunk).unwrap(), &mut out);
+            for delta in out {
+                acc.push(&delta.unwrap());
+            }
+        }
+        let r = acc.finish();
+        assert_eq!(r.text, "");
+        assert_eq!(r.refusal.as_deref(), Some("I'm sorry, no."));
+        assert_eq!(r.finish_reason, FinishReason::Stop);
     }
 
     /// An error object reads as a chunk with every field absent: it must still be an error.

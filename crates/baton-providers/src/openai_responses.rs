@@ -486,9 +486,8 @@ pub(crate) fn from_wire(
             OutputItem::Other => {}
         }
     }
-    if response.text.is_empty() {
-        response.text = refusal;
-    }
+    // Kept apart from the text: a refusal is no answer to validate.
+    response.refusal = (!refusal.is_empty()).then_some(refusal);
     response.usage = wire
         .usage
         .as_ref()
@@ -506,11 +505,13 @@ pub(crate) fn from_wire(
 #[derive(Debug, Deserialize)]
 #[serde(tag = "type")]
 enum StreamEvent {
-    #[serde(
-        rename = "response.output_text.delta",
-        alias = "response.refusal.delta"
-    )]
+    #[serde(rename = "response.output_text.delta")]
     TextDelta {
+        #[serde(default)]
+        delta: String,
+    },
+    #[serde(rename = "response.refusal.delta")]
+    RefusalDelta {
         #[serde(default)]
         delta: String,
     },
@@ -610,6 +611,9 @@ impl StreamState {
         match event {
             StreamEvent::TextDelta { delta } if !delta.is_empty() => {
                 push(StreamDelta::Text(delta));
+            }
+            StreamEvent::RefusalDelta { delta } if !delta.is_empty() => {
+                push(StreamDelta::Refusal(delta));
             }
             StreamEvent::ItemAdded {
                 output_index,

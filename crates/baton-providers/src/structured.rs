@@ -57,7 +57,8 @@ impl OutputSchema {
 }
 
 /// Calls the provider and, when there is a `schema`, checks the answer against it: an invalid
-/// answer is retried once; both calls' usage is counted. Answers that call tools are not checked.
+/// answer is retried once; both calls' usage is counted. Answers that call tools, and refusals
+/// (the model's final word, which follows no schema), are not checked.
 pub async fn infer_checked(
     provider: &dyn Provider,
     request: &InferenceRequest,
@@ -90,7 +91,7 @@ pub async fn infer_checked(
 }
 
 fn check_answer(schema: &OutputSchema, response: &InferenceResponse) -> Result<(), String> {
-    if response.tool_calls.is_empty() {
+    if response.tool_calls.is_empty() && response.refusal.is_none() {
         schema.check(&response.text)
     } else {
         Ok(())
@@ -115,6 +116,17 @@ mod tests {
         assert!(schema.check("{}").unwrap_err().contains("age"));
         assert!(schema.check("not json").unwrap_err().contains("not JSON"));
         assert!(OutputSchema::compile(&json!({"type": 12})).is_err());
+    }
+
+    #[test]
+    fn a_refusal_is_a_valid_final_answer() {
+        let schema = OutputSchema::compile(&json!({"type": "object"})).unwrap();
+        let refused = InferenceResponse {
+            refusal: Some("I can't help with that.".into()),
+            ..InferenceResponse::default()
+        };
+        assert!(check_answer(&schema, &refused).is_ok());
+        assert!(check_answer(&schema, &InferenceResponse::default()).is_err());
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub enum Reply {
     Raw(String),
     /// A 307 to this URL (which keeps the method and body, were it followed).
     Redirect(String),
+    /// The model declines: Chat Completions' `message.refusal` with content null (streamed as
+    /// `delta.refusal`), finish reason `stop`. Formats without a refusal field send it as text.
+    Refusal(String),
 }
 
 /// A source cited by a scripted answer.
@@ -461,6 +464,12 @@ async fn respond(
             _ => break,
         }
     }
+    // Formats without a refusal field say it as text.
+    if let Reply::Refusal(refusal) = &reply
+        && format != Format::OpenAi
+    {
+        reply = Reply::text(refusal.clone());
+    }
     let cut = match (break_early, truncate) {
         (true, _) => Cut::Break,
         (false, true) => Cut::Clean,
@@ -509,6 +518,14 @@ async fn respond(
                 response.headers_mut().insert("retry-after", value);
             }
             response
+        }
+        Reply::Refusal(refusal) => {
+            if stream {
+                let bytes = openai_refusal_stream(model, &refusal);
+                stream_body(bytes, "text/event-stream", chunk_bytes, gap, cut)
+            } else {
+                axum::Json(openai_refusal_body(model, &refusal)).into_response()
+            }
         }
         Reply::Answer {
             text,
@@ -658,6 +675,51 @@ pub fn openai_body(answer: &Answer) -> Value {
         "choices": [{"index": 0, "message": message, "finish_reason": if answer.tool_calls.is_empty() { "stop" } else { "tool_calls" }}],
         "usage": {"prompt_tokens": answer.tokens_in, "completion_tokens": answer.tokens_out, "total_tokens": answer.tokens_in + answer.tokens_out}
     })
+}
+
+/// A Chat Completions refusal: content null, the reason in `refusal`.
+pub fn openai_refusal_body(model: &str, refusal: &str) -> Value {
+    json!({
+        "id": "chatcmpl-mock", "object": "chat.completion", "created": 1, "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": null, "refusal": refusal},
+                     "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+    })
+}
+
+/// A streamed refusal: the role chunk, `delta.refusal` in pieces, stop, usage.
+pub fn openai_refusal_stream(model: &str, refusal: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let chunk = |delta: Value, finish: Value| {
+        json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": model,
+               "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+        .to_string()
+    };
+    sse(
+        &mut out,
+        None,
+        &chunk(
+            json!({"role": "assistant", "content": null, "refusal": ""}),
+            Value::Null,
+        ),
+    );
+    for piece in split_text(refusal) {
+        sse(
+            &mut out,
+            None,
+            &chunk(json!({"refusal": piece}), Value::Null),
+        );
+    }
+    sse(&mut out, None, &chunk(json!({}), Value::from("stop")));
+    sse(
+        &mut out,
+        None,
+        &json!({"id": "chatcmpl-mock", "object": "chat.completion.chunk", "created": 1, "model": model, "choices": [],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        .to_string(),
+    );
+    sse(&mut out, None, "[DONE]");
+    out
 }
 
 /// Text in small pieces (split inside multi-byte characters by the chunking), then tool calls.

@@ -39,9 +39,10 @@ pub struct CompletionChoice<'a> {
 #[derive(Debug, Serialize)]
 struct AssistantMessage<'a> {
     role: &'static str,
-    /// Null when the model only called tools.
+    /// Null when the model only called tools or refused.
     content: Option<&'a str>,
-    refusal: Option<()>,
+    /// The model's refusal, null when it answered.
+    refusal: Option<&'a str>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tool_calls: Vec<ToolCallJson<'a>>,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
@@ -136,7 +137,9 @@ pub fn completion<'a>(
     model: String,
     response: &'a InferenceResponse,
 ) -> ChatCompletion<'a> {
-    let only_tools = response.text.is_empty() && !response.tool_calls.is_empty();
+    // OpenAI sends content null beside tool calls or a refusal.
+    let no_content =
+        response.text.is_empty() && (!response.tool_calls.is_empty() || response.refusal.is_some());
     ChatCompletion {
         id,
         object: "chat.completion",
@@ -146,8 +149,8 @@ pub fn completion<'a>(
             index: 0,
             message: AssistantMessage {
                 role: "assistant",
-                content: (!only_tools).then_some(response.text.as_str()),
-                refusal: None,
+                content: (!no_content).then_some(response.text.as_str()),
+                refusal: response.refusal.as_deref(),
                 tool_calls: response.tool_calls.iter().map(tool_call_json).collect(),
                 annotations: response.citations.iter().map(annotation).collect(),
             },
@@ -213,6 +216,9 @@ enum Delta<'a> {
     Content {
         content: &'a str,
     },
+    Refusal {
+        refusal: &'a str,
+    },
     ToolCall {
         tool_calls: [ToolCallDelta<'a>; 1],
     },
@@ -248,6 +254,7 @@ const ROLE: Delta<'static> = Delta::Role {
 fn chunk_delta(delta: &StreamDelta) -> Option<(Delta<'_>, Option<&'static str>)> {
     Some(match delta {
         StreamDelta::Text(text) => (Delta::Content { content: text }, None),
+        StreamDelta::Refusal(refusal) => (Delta::Refusal { refusal }, None),
         StreamDelta::ToolCallStart { index, id, name } => (
             Delta::ToolCall {
                 tool_calls: [ToolCallDelta {
@@ -463,6 +470,26 @@ mod tests {
         );
         assert!(message.get("annotations").is_none());
         assert_eq!(body["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    /// OpenAI: a refusal comes in `message.refusal` with content null, and streams it in
+    /// `delta.refusal`.
+    #[test]
+    fn a_refusal_is_relayed_as_openai_sends_it() {
+        let response = InferenceResponse {
+            refusal: Some("I can't help with that.".into()),
+            ..InferenceResponse::default()
+        };
+        let body = value(&completion("c", 0, "p/m".into(), &response));
+        let message = &body["choices"][0]["message"];
+        assert_eq!(message["content"], Value::Null);
+        assert_eq!(message["refusal"], "I can't help with that.");
+        assert_eq!(body["choices"][0]["finish_reason"], "stop");
+
+        let writer = ChunkWriter::new("c".into(), 0, "p/m".into());
+        let chunk = written(&writer, &StreamDelta::Refusal("I can't".into())).unwrap();
+        assert_eq!(chunk["choices"][0]["delta"], json!({"refusal": "I can't"}));
+        assert_eq!(chunk["choices"][0]["finish_reason"], Value::Null);
     }
 
     /// The chunk `writer` writes for `delta`, checked to be the bytes its struct serialises to.

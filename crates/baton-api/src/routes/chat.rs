@@ -495,7 +495,9 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
             }
             None => {
                 let response = state.partial();
-                let invalid = structured_output_problem(state.schema.as_ref(), &response);
+                // A refusal is the model's final word, not an answer that failed the schema.
+                let invalid = structured_output_problem(state.schema.as_ref(), &response)
+                    .filter(|_| response.refusal.is_none());
                 if let Some(error) = &invalid {
                     let body = error_chunk(error, &state.request_id);
                     state.sse.json(&body);
