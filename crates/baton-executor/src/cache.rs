@@ -138,6 +138,9 @@ pub fn replay(response: &InferenceResponse) -> DeltaStream {
     if !response.text.is_empty() {
         deltas.push(StreamDelta::Text(response.text.clone()));
     }
+    if let Some(refusal) = &response.refusal {
+        deltas.push(StreamDelta::Refusal(refusal.clone()));
+    }
     for (index, call) in response.tool_calls.iter().enumerate() {
         let index = u32::try_from(index).unwrap_or(u32::MAX);
         deltas.push(StreamDelta::ToolCallStart {

@@ -557,6 +557,9 @@ pub struct TextResult<'a> {
     /// `tools`): what it needs to go on with the conversation.
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     tool_calls: &'a [ToolCall],
+    /// Why the model declined to answer (OpenAI's `refusal`), when it did.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
 }
 
 /// `requestCompleted` of a request made of one model call.
@@ -578,6 +581,7 @@ pub fn request_completed(
         result: TextResult {
             text_response: &response.text,
             tool_calls: &response.tool_calls,
+            refusal: response.refusal.as_deref(),
         },
     }
 }

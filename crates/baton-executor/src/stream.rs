@@ -25,7 +25,8 @@ pub fn structured_output_problem(
     schema: Option<&OutputSchema>,
     response: &InferenceResponse,
 ) -> Option<ExecutorError> {
-    let schema = schema.filter(|_| response.tool_calls.is_empty())?;
+    // Tool calls and a refusal are complete answers that follow no schema.
+    let schema = schema.filter(|_| response.tool_calls.is_empty() && response.refusal.is_none())?;
     schema.check(&response.text).err().map(|problem| {
         ExecutorError::StructuredOutputInvalid(format!(
             "the streamed answer does not follow the response schema: {problem}"
