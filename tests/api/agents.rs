@@ -866,6 +866,94 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
     );
 }
 
+/// A cancel request for a sub-agent alone stops it; its parent goes on, told the call failed.
+#[tokio::test]
+async fn a_sub_agent_cancelled_alone_fails_its_call_and_its_parent_goes_on() {
+    let s = setup().await;
+    let root = s.empty_flow("Manager").await;
+    let child = s.empty_flow("Sleeper").await;
+    let worker = s.agent_tool("worker", &child.0, None).await;
+    let nap = s
+        .tool(json!({"name": "nap", "toolType": "External",
+                     "webUrl": format!("{}/sleep?ms=3000", s.host.origin())}))
+        .await;
+    s.finish_flow(
+        &root,
+        json!({"template": "t", "toolIds": [worker], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.finish_flow(
+        &child,
+        json!({"template": "w [[input]]", "toolIds": [nap], "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    s.mock
+        .push(calls(&[("w", "worker", json!({"input": "sleep"}))]));
+    s.mock.push(calls(&[("n", "nap", json!({}))]));
+    s.mock.push(Reply::text("went on without it"));
+    let response = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let run_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    // The child's pending row, once its tool call has reached the host.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let child_id = loop {
+        let listed = s
+            .app
+            .get(
+                &format!("/api/v1/llm-logs?parentRequestId={run_id}"),
+                &s.key,
+            )
+            .await
+            .json();
+        let found = listed["items"][0]["id"].as_str().map(str::to_string);
+        if let Some(id) = found.filter(|_| s.host.requests().len() == 1) {
+            break id;
+        }
+        assert!(std::time::Instant::now() < deadline, "the child never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let cancel = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/runs/{child_id}/cancel"),
+            None,
+        )
+        .await;
+    assert_eq!(cancel.status, 202, "{}", cancel.text);
+
+    let events = events_of(&response.text().await.unwrap());
+    let of = |t: &str| -> Vec<&Value> { events.iter().filter(|e| e["type"] == t).collect() };
+    let errors = of("error");
+    assert_eq!(errors.len(), 1, "{events:?}");
+    assert_eq!(errors[0]["data"]["code"], "RUN_CANCELLED");
+    assert_eq!(errors[0]["data"]["agentRole"], "worker");
+    assert_eq!(errors[0]["data"]["recoverable"], true);
+    let failed = of("toolFailed");
+    assert_eq!(failed.len(), 1, "{events:?}");
+    assert_eq!(failed[0]["data"]["toolName"], "worker");
+    assert_eq!(of("agentCompleted")[0]["data"]["status"], "cancelled");
+    // The parent was told, and answered.
+    let told = tool_messages(&s.mock, 2)[0]["content"].to_string();
+    assert!(told.contains("cancelled"), "{told}");
+    let completed = of("requestCompleted");
+    assert_eq!(
+        completed[0]["data"]["result"]["textResponse"],
+        "went on without it"
+    );
+    let root_run = wait_for_run(&s.app, &run_id).await;
+    assert!(root_run.cancel_requested_at.is_none());
+}
+
 #[tokio::test]
 async fn an_agent_tree_is_one_request_for_the_rate_limit() {
     let s = setup().await;

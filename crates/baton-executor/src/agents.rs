@@ -18,11 +18,14 @@ use serde_json::{Map, Value, json};
 
 use crate::dispatch::{AgentOutcome, AgentRunner};
 use crate::engine::Engine;
+use crate::error::ExecutorError;
 use crate::flow_run::{Choice, ClassifierParent, parameter_values};
 use crate::gateway::{RequestTimeouts, plan_chain};
 use crate::runlog::{Pricing, RunLog};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
-use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput, preview};
+use crate::toolrun::{
+    self, AgentScope, CANCELLED_WARNING, Callback, SharedEvents, ToolRunInput, preview,
+};
 use crate::toolset::ToolSet;
 
 /// Starts sub-agents for the run whose scope it holds.
@@ -268,6 +271,16 @@ pub(crate) struct SubRun<'a> {
 }
 
 impl TreeRunner {
+    /// Whether a run above the sub-agents this runner starts (the spawning run or one of its
+    /// ancestors) was asked to stop. A failed lookup counts as no.
+    async fn ancestor_cancelled(&self) -> bool {
+        self.engine
+            .flows()
+            .cancel_requested(&self.tenant, &self.scope.run_chain)
+            .await
+            .unwrap_or(false)
+    }
+
     pub(crate) async fn run_child(
         &self,
         sub: SubRun<'_>,
@@ -361,6 +374,47 @@ impl TreeRunner {
         let duration_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let outcome = toolrun::run(input).await;
         self.events.agent_running(false);
+        // A cancel request for the sub-agent itself (not for a run above it, which stops this
+        // run too and reports itself) ends the call as a failure the parent model is told of.
+        let cancelled_alone = match &outcome {
+            Ok(result) => result.warnings.iter().any(|w| w.code == CANCELLED_WARNING),
+            Err(error) => matches!(error, ExecutorError::Cancelled),
+        } && !self.ancestor_cancelled().await;
+        if cancelled_alone {
+            let (message, partial, tree_credits) = match &outcome {
+                Ok(result) => (
+                    result
+                        .warnings
+                        .iter()
+                        .find(|w| w.code == CANCELLED_WARNING)
+                        .map_or_else(String::new, |w| w.message.clone()),
+                    result.response.text.clone(),
+                    result.tree_credits.saturating_add(child.classifier_credits),
+                ),
+                Err(error) => (error.to_string(), String::new(), 0),
+            };
+            self.events.emit(
+                "error",
+                json!({"code": "RUN_CANCELLED", "message": message, "agentRole": role,
+                       "recoverable": true}),
+            );
+            self.events.emit(
+                "agentCompleted",
+                json!({"childRequestId": child.id, "agentRole": role, "durationMs": duration_ms(),
+                       "totalCreditsUsed": tree_credits, "status": "cancelled",
+                       "resultPreview": preview(&partial)}),
+            );
+            let told = if partial.is_empty() {
+                format!("agent '{role}' was cancelled: {message}")
+            } else {
+                format!("agent '{role}' was cancelled: {message}; what it had produced: {partial}")
+            };
+            return AgentOutcome {
+                result: Err(told),
+                child_request_id: Some(child.id),
+                child_credits: tree_credits,
+            };
+        }
         match outcome {
             Ok(result) => {
                 let tree_credits = result.tree_credits.saturating_add(child.classifier_credits);

@@ -656,6 +656,9 @@ impl AgentScope {
 }
 
 /// A finished tool run, for the flow run response.
+/// The warning code of a run stopped by a cancel request (SPEC.md: "a `Cancelled` warning").
+pub(crate) const CANCELLED_WARNING: &str = "Cancelled";
+
 pub struct ToolRunResult {
     pub response: InferenceResponse,
     pub served: ChainModel,
@@ -839,7 +842,7 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             last_text,
         }) if matches!(error, ExecutorError::Cancelled) => {
             let warning = RunWarning {
-                code: "Cancelled".into(),
+                code: CANCELLED_WARNING.into(),
                 message: format!(
                     "the run was cancelled after {inferences} model call(s) and {} tool call(s)",
                     tool_calls.len()
