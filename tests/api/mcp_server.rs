@@ -523,7 +523,20 @@ async fn the_transport_needs_a_key_and_checks_host_and_origin() {
     )
     .await;
     assert_eq!(plain.status, 406, "{}", plain.text);
-    assert_eq!(plain.json()["error"]["code"], "BAD_REQUEST");
+    assert_eq!(plain.json()["error"]["code"], "NOT_ACCEPTABLE");
+    // A body that is no JSON, or no JSON-RPC message, is a 400 as on every route.
+    for (body, code) in [("{bad", "INVALID_JSON"), ("{}", "VALIDATION_ERROR")] {
+        let refused = crate::helpers::send(
+            app.client
+                .post(app.url("/api/v1/mcp"))
+                .bearer_auth(&key)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(body),
+        )
+        .await;
+        refused.error(400, code);
+    }
     app.request(Method::GET, "/api/v1/mcp", Some(&key), None)
         .await
         .error(405, "METHOD_NOT_ALLOWED");

@@ -144,6 +144,10 @@ impl ApiError {
                 "this method is not allowed on this route",
             ),
             408 | 504 => ("TIMEOUT", "the request took too long and was stopped"),
+            406 => (
+                "NOT_ACCEPTABLE",
+                "the Accept header allows no type this route answers with",
+            ),
             413 => ("PAYLOAD_TOO_LARGE", "the request body is too large"),
             415 => (
                 "UNSUPPORTED_MEDIA_TYPE",

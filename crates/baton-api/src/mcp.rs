@@ -95,6 +95,7 @@ pub(crate) fn service(config: &ApiConfig) -> McpService {
     responses(
         (status = 200, description = "The JSON-RPC response", body = Object),
         (status = 202, description = "A notification was accepted"),
+        (status = 400, description = "The body is not JSON (INVALID_JSON) or no JSON-RPC message", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 403, description = "Host or Origin not allowed", body = ErrorResponse),
         (status = 406, description = "Accept does not allow JSON and event streams", body = ErrorResponse),
@@ -125,7 +126,24 @@ async fn in_error_shape(response: Response) -> Response {
     if message.is_empty() {
         message = ApiError::from_status(status).to_string();
     }
+    // rmcp answers a body it cannot read with 415, as for a wrong content type: malformed
+    // JSON is a 400 `INVALID_JSON` and JSON that is no JSON-RPC message a 400
+    // `VALIDATION_ERROR`, as everywhere else (DESIGN.md "Errors").
     let error = match status {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE if message.contains("JSON-RPC message") => {
+            ApiError::Invalid {
+                code: "VALIDATION_ERROR",
+                message: "the body is JSON but no JSON-RPC message".into(),
+                param: None,
+            }
+        }
+        StatusCode::UNSUPPORTED_MEDIA_TYPE if message.starts_with("fail to deserialize") => {
+            ApiError::Invalid {
+                code: "INVALID_JSON",
+                message: format!("the body is not valid JSON: {message}"),
+                param: None,
+            }
+        }
         StatusCode::FORBIDDEN => ApiError::Forbidden(message),
         _ if status.is_server_error() => ApiError::Internal(format!("MCP transport: {message}")),
         _ => ApiError::Status {
