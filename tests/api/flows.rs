@@ -88,6 +88,18 @@ async fn the_flow_lifecycle_pins_prompts_to_environments() {
         .post("/api/v1/flows", json!({"title": "Support  bot!"}))
         .await;
     assert_eq!(twin["name"], "support-bot-2");
+    // A title spelling another flow's id gets a slug of its own (flows are found by either).
+    let lookalike = api
+        .post("/api/v1/flows", json!({"title": flow["id"].clone()}))
+        .await;
+    assert_ne!(lookalike["name"], flow["id"]);
+    let found = api
+        .get(&format!(
+            "/api/v1/flows/{}",
+            lookalike["name"].as_str().unwrap()
+        ))
+        .await;
+    assert_eq!(found["id"], lookalike["id"]);
     // Its empty entrypoint renders to nothing: activating it would fail every run.
     let twin_versions = api.get("/api/v1/flows/support-bot-2/versions").await;
     let twin_v1 = twin_versions[0]["id"].as_str().unwrap();
@@ -279,6 +291,13 @@ async fn the_flow_lifecycle_pins_prompts_to_environments() {
     .error(409, "VERSION_ACTIVATED");
     let refused_delete = app.delete(&template(&v1, "tone"), &api.key).await;
     refused_delete.error(409, "VERSION_ACTIVATED");
+    // Activation changed the flow's activeVersions, so the flow was updated.
+    let after = api.get(&format!("/api/v1/flows/{slug}")).await;
+    let parse = |at: &Value| chrono::DateTime::parse_from_rfc3339(at.as_str().unwrap()).unwrap();
+    assert!(
+        parse(&after["updatedAt"]) > parse(&flow["updatedAt"]),
+        "{after}"
+    );
 
     // Fork, change, activate in production.
     let v2 = api
@@ -349,12 +368,14 @@ async fn the_flow_lifecycle_pins_prompts_to_environments() {
     let production = api
         .run(
             slug,
-            json!({"environment": "production", "parameters": parameters}),
+            // Names are read trimmed, as activation stores them.
+            json!({"environment": " production ", "parameters": parameters}),
         )
         .await;
     let (system, _) = system_and_user(&mock.received().pop().unwrap().body);
     assert_eq!(system, "You are a support agent, version two.");
     assert_eq!(production["versionId"], v2);
+    assert_eq!(production["environment"], "production");
     assert_eq!(production["warnings"], json!([]));
 
     // No environment given: the first one activated (staging).

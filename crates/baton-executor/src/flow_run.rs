@@ -203,8 +203,9 @@ impl Engine {
         let run_id = body.run_id;
         let found = self.found_flow(&tenant, &body.flow).await?;
         let flow = &found.flow;
+        // Environment names are stored trimmed (activation trims what it is given).
         let environment = match body.environment {
-            Some(name) => name,
+            Some(name) => name.trim().to_string(),
             None => found.environments.first().cloned().ok_or_else(|| {
                 ExecutorError::validation(
                     "environment",

@@ -165,13 +165,18 @@ impl Store {
     pub async fn create_flow(&self, tenant: &TenantId, title: &str) -> StoreResult<Flow> {
         let base = baton_domain::flow::slugify(title);
         let txn = self.begin_write().await?;
+        // Flows are found by id or slug: a slug may not spell another flow's id either.
         let taken: Vec<String> = flows::Entity::find()
             .filter(flows::Column::TenantId.eq(tenant.as_str()))
-            .filter(flows::Column::Name.starts_with(&base))
+            .filter(
+                Condition::any()
+                    .add(flows::Column::Name.starts_with(&base))
+                    .add(flows::Column::Id.starts_with(&base)),
+            )
             .all(&txn)
             .await?
             .into_iter()
-            .map(|f| f.name)
+            .flat_map(|f| [f.name, f.id])
             .collect();
         let slug = std::iter::once(base.clone())
             .chain((2..=MAX_SLUG_SUFFIX).map(|n| format!("{base}-{n}")))
@@ -548,6 +553,7 @@ impl Store {
         if !exists {
             return Err(StoreError::not_found("version", version_id));
         }
+        let now = to_millis(Timestamp::now());
         flow_activations::ActiveModel {
             id: Set(new_id()),
             tenant_id: Set(tenant.as_str().to_string()),
@@ -556,10 +562,17 @@ impl Store {
             environment: Set(environment.to_string()),
             comment: Set(comment.map(str::to_string)),
             activated_by: Set(activated_by.to_string()),
-            activated_at: Set(to_millis(Timestamp::now())),
+            activated_at: Set(now),
         }
         .insert(&txn)
         .await?;
+        // The flow's `activeVersions` changed: so did the flow.
+        flows::Entity::update_many()
+            .col_expr(flows::Column::UpdatedAt, Expr::value(now))
+            .filter(flows::Column::TenantId.eq(tenant.as_str()))
+            .filter(flows::Column::Id.eq(&flow.id))
+            .exec(&txn)
+            .await?;
         let version = Self::load_versions(&txn, tenant, &flow.id, Some(version_id))
             .await?
             .pop()

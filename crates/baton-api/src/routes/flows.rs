@@ -491,7 +491,8 @@ pub async fn flow_parameters(
     Query(query): Query<ParametersQuery>,
 ) -> ApiResult<axum::Json<Vec<DiscoveredParameter>>> {
     let found = state.store.get_flow(&principal.tenant, &flow).await?;
-    let version_id = match query.environment.as_deref() {
+    // Environment names are stored trimmed (activation trims what it is given).
+    let version_id = match query.environment.as_deref().map(str::trim) {
         Some(environment) => Some(
             found
                 .flow
