@@ -412,6 +412,15 @@ async fn provider_failures_and_bad_input_get_clear_errors_without_keys() {
             .error(400, "VALIDATION_ERROR")["param"],
         "messages"
     );
+    // The customer's field is named as sent: OpenAI's `user`, or `customerId`.
+    for field in ["user", "customerId"] {
+        assert_eq!(
+            post(chat("openai/gpt-4o-mini", json!({field: "u".repeat(300)})))
+                .await
+                .error(400, "VALIDATION_ERROR")["param"],
+            field
+        );
+    }
     let tags: Vec<String> = (0..21).map(|i| format!("T:{i}")).collect();
     let too_many = crate::helpers::send(
         app.client
@@ -674,6 +683,35 @@ async fn every_call_is_logged_with_usage_cost_customer_and_tags() {
         .await;
     let run = wait_for_run(&app, marked.headers["x-request-id"].to_str().unwrap()).await;
     assert_eq!(run.cost_credits, (run.raw_cost_credits * 110 + 50) / 100);
+
+    // The deprecated debug header tags the run on every endpoint, and its origin is recorded.
+    for (path, body) in [
+        (
+            "/api/v1/chat/completions",
+            chat("openai/gpt-4o-mini", json!({})),
+        ),
+        (
+            "/api/v1/inference",
+            json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+    ] {
+        mock.push(Reply::text("x"));
+        let response = crate::helpers::send(
+            app.client
+                .post(app.url(path))
+                .bearer_auth(&key)
+                .header("x-baton-debug-url", "https://dev.example.com/some/path")
+                .json(&body),
+        )
+        .await;
+        assert_eq!(response.status, 200, "{path}: {}", response.text);
+        let run = wait_for_run(&app, response.headers["x-request-id"].to_str().unwrap()).await;
+        assert_eq!(run.tags, ["DebugUrl:https://dev.example.com"], "{path}");
+        assert_eq!(
+            run.callback_origin.as_deref(),
+            Some("https://dev.example.com")
+        );
+    }
     let unknown = app
         .post(
             "/api/v1/chat/completions",
@@ -869,7 +907,11 @@ async fn direct_inference_in_the_service_format() {
     assert_eq!(body["usage"]["tokens_in"], 100);
     assert_eq!(body["finish_reason"], "stop");
     let sent = mock.received().pop().unwrap().body;
-    assert_eq!(sent["top_k"], 40);
+    // Anthropic refuses temperature and top_k beside a thinking budget: neither is sent.
+    assert!(
+        sent.get("top_k").is_none() && sent.get("temperature").is_none(),
+        "{sent}"
+    );
     assert_eq!(sent["thinking"]["budget_tokens"], 2048);
     assert!(
         sent["tools"]

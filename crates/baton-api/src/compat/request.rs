@@ -123,6 +123,8 @@ pub struct ParsedChat {
     pub stream: bool,
     pub stream_options: Map<String, Value>,
     pub customer: Option<String>,
+    /// The body field `customer` came from (`customerId`, else OpenAI's `user`), for errors.
+    pub customer_param: &'static str,
     pub nonce: Option<String>,
     pub timeouts: RequestTimeouts,
 }
@@ -244,6 +246,11 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
         },
         stream: request.stream.unwrap_or(false),
         stream_options,
+        customer_param: if request.customer_id.is_some() {
+            "customerId"
+        } else {
+            "user"
+        },
         customer: request
             .customer_id
             .or(request.user)

@@ -36,6 +36,24 @@ use baton_executor::budgets::estimate_credits;
 use baton_executor::capture;
 use tracing::Instrument;
 
+/// The callback origin a request names (`X-Baton-Callback-Url`, or the deprecated
+/// `X-Baton-Debug-Url`), recorded with its run; the deprecated header also tags the run
+/// `DebugUrl:<origin>` (SPEC.md "Custom request headers", on every endpoint), added to `tags`.
+pub(crate) fn callback_origin(
+    headers: &HeaderMap,
+    tags: &mut Vec<String>,
+) -> ApiResult<Option<String>> {
+    use crate::toolrun::{Callback, CallbackHeaders};
+    let callback = Callback::from_headers(headers)?;
+    let origin = callback.origin();
+    if callback.from_debug_header
+        && let Some(origin) = &origin
+    {
+        tags.push(format!("DebugUrl:{origin}"));
+    }
+    Ok(origin)
+}
+
 pub(crate) fn header_tags(headers: &HeaderMap) -> ApiResult<Vec<String>> {
     match headers.get("x-baton-tags") {
         None => Ok(Vec::new()),
@@ -111,14 +129,15 @@ async fn serve_chat(
     headers: HeaderMap,
     body: ChatCompletionRequest,
 ) -> ApiResult<Response> {
-    let tags = header_tags(&headers)?;
+    let mut tags = header_tags(&headers)?;
+    let origin = callback_origin(&headers, &mut tags)?;
     state
         .config
         .limits
         .check_messages(body.messages.len())
         .map_err(|message| ApiError::validation("messages", message))?;
     let parsed = parse(body)?;
-    let customer = customer_of(&headers, parsed.customer.as_deref())?;
+    let customer = customer_of(&headers, parsed.customer.as_deref(), parsed.customer_param)?;
     let settings = state.tenant_settings(&principal.tenant).await?;
     // Taken before anything runs: a refused stream calls and records nothing.
     let slot = parsed
@@ -172,6 +191,7 @@ async fn serve_chat(
         record.environment = Some(COMPATIBLE_ENVIRONMENT.to_string());
         record.tags = tags;
         record.customer_external_id = customer;
+        record.callback_origin = origin;
     }
     log.set_request(&inference);
     log.queue_pending_if_holding().await;
@@ -311,7 +331,12 @@ fn mark_fallback(response: &mut Response, fallback_used: bool) {
 }
 
 /// Customer attribution: `X-Baton-Customer-Id`, else body `customerId`, else `user`.
-pub(crate) fn customer_of(headers: &HeaderMap, body: Option<&str>) -> ApiResult<Option<String>> {
+/// The customer of a request: the header, else the body's field (named `param` in errors).
+pub(crate) fn customer_of(
+    headers: &HeaderMap,
+    body: Option<&str>,
+    param: &str,
+) -> ApiResult<Option<String>> {
     let header = match headers.get("x-baton-customer-id") {
         Some(value) => Some(value.to_str().map_err(|_| {
             ApiError::validation(
@@ -324,7 +349,7 @@ pub(crate) fn customer_of(headers: &HeaderMap, body: Option<&str>) -> ApiResult<
     match header {
         Some(id) => Ok(Some(validate_external_id(id, "X-Baton-Customer-Id")?)),
         None => body
-            .map(|id| validate_external_id(id, "customerId"))
+            .map(|id| validate_external_id(id, param))
             .transpose()
             .map_err(Into::into),
     }

@@ -188,7 +188,7 @@ pub async fn run_flow(
 ) -> ApiResult<Response> {
     let tags = merge_tags(validate_tags(body.tags, "tags")?, header_tags(&headers)?)?;
     let callback = Callback::from_headers(&headers)?;
-    let customer = customer_of(&headers, body.customer_id.as_deref())?;
+    let customer = customer_of(&headers, body.customer_id.as_deref(), "customerId")?;
     let vendor_tools = body
         .vendor_tools
         .iter()

@@ -20,7 +20,7 @@ use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::events::{CallInfo, record_call_outcome, record_call_started};
 use crate::extract::Json;
 use crate::gateway::{RequestTimeouts, answer, plan_call};
-use crate::routes::chat::{capture_level, customer_of, header_tags};
+use crate::routes::chat::{callback_origin, capture_level, customer_of, header_tags};
 use crate::runlog::{Pricing, RunLog};
 use crate::state::AppState;
 use baton_executor::budgets::estimate_credits;
@@ -151,8 +151,9 @@ async fn serve_inference(
     headers: HeaderMap,
     body: InferenceBody,
 ) -> ApiResult<axum::Json<InferenceResult>> {
-    let tags = merge_tags(validate_tags(body.tags, "tags")?, header_tags(&headers)?)?;
-    let customer = customer_of(&headers, body.customer_id.as_deref())?;
+    let mut tags = merge_tags(validate_tags(body.tags, "tags")?, header_tags(&headers)?)?;
+    let origin = callback_origin(&headers, &mut tags)?;
+    let customer = customer_of(&headers, body.customer_id.as_deref(), "customerId")?;
     range("temperature", body.temperature, 0.0, 2.0)?;
     range("top_p", body.top_p, 0.0, 1.0)?;
     if body.messages.is_empty() {
@@ -255,6 +256,7 @@ async fn serve_inference(
         record.tags = tags;
         record.customer_external_id = customer;
         record.is_debug = body.is_debug;
+        record.callback_origin = origin;
     }
     log.set_request(&request);
     log.queue_pending_if_holding().await;
