@@ -799,6 +799,38 @@ async fn every_kind_of_request_stores_its_lifecycle() {
         ]
     );
     assert_eq!(events[3]["data"]["code"], "PROVIDER_REJECTED");
+
+    // The same refusal of a streamed run and of an events-format chat, before anything was
+    // streamed: an error response, and the same stored lifecycle.
+    for (path, body) in [
+        (
+            format!("/api/v1/flows/{}/runs", flow.0),
+            json!({"stream": true, "parameters": {"name": "Di"}}),
+        ),
+        (
+            "/api/v1/chat/completions".to_string(),
+            json!({"model": "openai/gpt-4o-mini", "stream": true,
+                   "stream_options": {"format": "events"},
+                   "messages": [{"role": "user", "content": "hi"}]}),
+        ),
+    ] {
+        s.mock.push(Reply::status(400, "bad request"));
+        let failed = s.call(Method::POST, &path, Some(body)).await;
+        assert_eq!(failed.status, 400, "{path}: {}", failed.text);
+        let id = failed.headers["x-request-id"].to_str().unwrap().to_string();
+        let events = types_of(id).await;
+        let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            types,
+            [
+                "requestStarted",
+                "agentInferenceStarted",
+                "error",
+                "requestFailed"
+            ],
+            "{path}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -27,9 +27,7 @@ use tracing::Instrument;
 
 use crate::engine::{CompiledVersion, Engine};
 use crate::error::{ExecutorError, ExecutorResult};
-use crate::events::{
-    CallInfo, EventLog, EventOptions, emit_failure, record_call_outcome, record_call_started,
-};
+use crate::events::{CallInfo, EventLog, EventOptions, record_call_outcome, record_call_started};
 use crate::gateway::{
     RequestTimeouts, answer, check_model, check_rate_limit, open_stream, plan_chain,
 };
@@ -551,11 +549,9 @@ impl Engine {
             let answer = match open_stream(self, &tenant, &plan, &mut request, &mut log).await {
                 Ok(answer) => answer,
                 Err(failure) => {
-                    emit_failure(
-                        &mut events,
-                        failure.error.code(),
-                        &failure.error.to_string(),
-                    );
+                    // Nothing was streamed: the stored lifecycle starts as a synchronous run's.
+                    record_call_started(&mut events, &call);
+                    record_call_outcome(&mut events, &call, Err(&failure.error));
                     log.attach_events(events.take_stored());
                     return Err(failure.log(log).await);
                 }

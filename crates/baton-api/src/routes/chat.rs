@@ -260,15 +260,11 @@ async fn serve_chat(
     {
         Ok(answer) => answer,
         Err(failure) => {
-            if event_options.is_none() {
-                record_call_outcome(&mut events, &call, Err(&failure.error));
-            } else {
-                emit_failure(
-                    &mut events,
-                    failure.error.code(),
-                    &failure.error.to_string(),
-                );
+            if event_options.is_some() {
+                // Nothing was streamed: the stored lifecycle starts as a synchronous call's.
+                record_call_started(&mut events, &call);
             }
+            record_call_outcome(&mut events, &call, Err(&failure.error));
             log.attach_events(events.take_stored());
             return Err(failure.log(log).await.into());
         }
