@@ -1456,3 +1456,43 @@ async fn image_urls_are_fetched_and_sent_inline_to_providers_that_take_only_byte
     }
     assert_eq!(mock.received().len(), calls, "no model was called");
 }
+
+/// OpenAI fields an SDK sends reach the providers in their own terms.
+#[tokio::test]
+async fn reasoning_effort_one_call_a_turn_and_penalties_reach_the_providers() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
+    let extra = json!({"reasoning_effort": "high", "parallel_tool_calls": false,
+                       "frequency_penalty": 0.5, "tools": tools});
+    mock.push(Reply::text("ok"));
+    let response = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("openai/gpt-4o-mini", extra.clone()),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let sent = mock.received().pop().unwrap().body;
+    assert_eq!(sent["reasoning_effort"], "high");
+    assert_eq!(sent["parallel_tool_calls"], false);
+    assert_eq!(sent["frequency_penalty"], 0.5);
+
+    mock.push(Reply::text("ok"));
+    let response = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("anthropic/claude-haiku-4-5", extra),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let sent = mock.received().pop().unwrap().body;
+    assert_eq!(sent["thinking"]["budget_tokens"], 24_576);
+    assert_eq!(sent["tool_choice"]["disable_parallel_tool_use"], true);
+    assert!(
+        sent.get("frequency_penalty").is_none(),
+        "Anthropic has none"
+    );
+}

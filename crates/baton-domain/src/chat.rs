@@ -233,6 +233,14 @@ pub struct InferenceRequest {
     /// Extended-thinking budget for reasoning models.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub thinking_budget: Option<u32>,
+    /// Whether the model may call several tools in one turn (`None`: the provider's default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parallel_tool_calls: Option<bool>,
+    /// OpenAI's repetition penalties, -2 to 2; sent to the providers that take them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub frequency_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub presence_penalty: Option<f64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub vendor_tools: Vec<VendorTool>,
     /// Ask the provider to report usage on streams.

@@ -329,6 +329,17 @@ pub(crate) fn to_wire(
             })
         }
     };
+    // One tool call a turn: Anthropic says so in tool_choice (`none` takes no such flag).
+    let tool_choice = match (tool_choice, request.parallel_tool_calls) {
+        (choice, Some(false)) if !request.tools.is_empty() => {
+            let mut choice = choice.unwrap_or_else(|| json!({"type": "auto"}));
+            if choice["type"] != "none" {
+                choice["disable_parallel_tool_use"] = json!(true);
+            }
+            Some(choice)
+        }
+        (choice, _) => choice,
+    };
     for tool in &request.vendor_tools {
         if *tool == VendorTool::WebSearch20250305 {
             tools.push(json!({"type": "web_search_20250305", "name": "web_search"}));
@@ -832,6 +843,37 @@ mod tests {
 
     /// Anthropic: "Thinking isn't compatible with temperature or top_k modifications as well
     /// as forced tool use"; top_p must be at least 0.95 or unset.
+    /// `parallel_tool_calls: false` is Anthropic's `disable_parallel_tool_use`, on the choice.
+    #[test]
+    fn one_tool_call_a_turn_is_said_in_the_tool_choice() {
+        let mut request = InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            tools: vec![ToolDefinition {
+                name: "lookup".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+                strict: None,
+            }],
+            parallel_tool_calls: Some(false),
+            ..Default::default()
+        };
+        let wire = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(
+            wire["tool_choice"],
+            json!({"type": "auto", "disable_parallel_tool_use": true})
+        );
+        request.tool_choice = Some(ToolChoice::Required);
+        let wire = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(
+            wire["tool_choice"],
+            json!({"type": "any", "disable_parallel_tool_use": true})
+        );
+        request.parallel_tool_calls = None;
+        let wire = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
+        assert_eq!(wire["tool_choice"], json!({"type": "any"}));
+    }
+
     #[test]
     fn thinking_drops_the_sampling_settings_it_refuses() {
         let mut request = InferenceRequest {

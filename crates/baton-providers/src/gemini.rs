@@ -200,6 +200,10 @@ struct GenerationConfig {
     max_output_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     seed: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    presence_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frequency_penalty: Option<f64>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     stop_sequences: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -401,6 +405,8 @@ pub(crate) fn to_wire(request: &InferenceRequest) -> Result<GenerateContentReque
         max_output_tokens: request.max_tokens,
         // Gemini's seed is an int32: wider seeds keep their low 32 bits (still deterministic).
         seed: request.seed.map(|seed| seed as i32),
+        presence_penalty: request.presence_penalty,
+        frequency_penalty: request.frequency_penalty,
         stop_sequences: request.stop.clone(),
         response_mime_type,
         response_json_schema,
@@ -885,6 +891,9 @@ mod tests {
                 strict: Some(true),
             }),
             thinking_budget: Some(2048),
+            parallel_tool_calls: None,
+            frequency_penalty: None,
+            presence_penalty: None,
             vendor_tools: vec![VendorTool::WebSearch],
             stream_usage: true,
         }
@@ -892,6 +901,14 @@ mod tests {
 
     #[test]
     fn maps_every_field() {
+        let penalised = InferenceRequest {
+            presence_penalty: Some(0.5),
+            frequency_penalty: Some(1.5),
+            ..request()
+        };
+        let wire = serde_json::to_value(to_wire(&penalised).unwrap()).unwrap();
+        assert_eq!(wire["generationConfig"]["presencePenalty"], 0.5);
+        assert_eq!(wire["generationConfig"]["frequencyPenalty"], 1.5);
         let wire = serde_json::to_value(to_wire(&request()).unwrap()).unwrap();
         assert_eq!(
             wire["systemInstruction"],

@@ -229,6 +229,12 @@ pub(crate) struct ChatRequest<'a> {
     response_format: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_effort: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    frequency_penalty: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    presence_penalty: Option<f64>,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -431,10 +437,16 @@ pub(crate) fn to_wire<'a>(
         seed: request.seed.filter(|_| *flavor != Flavor::Mistral),
         random_seed: request.seed.filter(|_| *flavor == Flavor::Mistral),
         stop: request.stop.clone(),
+        // OpenAI refuses `parallel_tool_calls` on a request without tools.
+        parallel_tool_calls: request
+            .parallel_tool_calls
+            .filter(|_| !request.tools.is_empty()),
         tools,
         tool_choice,
         response_format,
         reasoning_effort,
+        frequency_penalty: request.frequency_penalty,
+        presence_penalty: request.presence_penalty,
         stream,
         // Mistral always reports usage on the last chunk and rejects the option.
         stream_options: (stream && *flavor != Flavor::Mistral).then_some(StreamOptions {
@@ -934,6 +946,30 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    /// One call a turn and the repetition penalties reach every OpenAI-format provider;
+    /// `parallel_tool_calls` only with tools (OpenAI refuses it without).
+    #[test]
+    fn sends_parallel_tool_calls_with_tools_and_the_penalties() {
+        let mut req = InferenceRequest {
+            parallel_tool_calls: Some(false),
+            frequency_penalty: Some(0.5),
+            presence_penalty: Some(-1.0),
+            thinking_budget: Some(24_576),
+            ..request()
+        };
+        let wire = serde_json::to_value(to_wire(&req, &Flavor::OpenAi, false)).unwrap();
+        assert_eq!(wire["parallel_tool_calls"], false);
+        assert_eq!(
+            (&wire["frequency_penalty"], &wire["presence_penalty"]),
+            (&json!(0.5), &json!(-1.0))
+        );
+        assert_eq!(wire["reasoning_effort"], "high");
+        req.tools.clear();
+        req.tool_choice = None;
+        let wire = serde_json::to_value(to_wire(&req, &Flavor::OpenAi, false)).unwrap();
+        assert!(wire.get("parallel_tool_calls").is_none(), "{wire}");
     }
 
     #[test]

@@ -109,6 +109,8 @@ pub(crate) struct ResponsesRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_choice: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    parallel_tool_calls: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     top_p: Option<f64>,
@@ -248,6 +250,9 @@ pub(crate) fn to_wire<'a>(
         model: &request.model,
         instructions: (!instructions.is_empty()).then(|| instructions.join("\n\n")),
         input,
+        parallel_tool_calls: request
+            .parallel_tool_calls
+            .filter(|_| !request.tools.is_empty()),
         tools,
         tool_choice,
         temperature: request.temperature,

@@ -12,8 +12,8 @@ use crate::gateway::RequestTimeouts;
 const MAX_MESSAGES: usize = 10_000;
 const MAX_TOOLS: usize = 256;
 
-/// A chat completion request. Fields Baton does not use (`frequency_penalty`, `logprobs`, ...)
-/// are accepted and ignored, as OpenAI SDKs send them freely.
+/// A chat completion request. Fields Baton does not use (`logprobs`, `logit_bias`, ...) are
+/// accepted and ignored, as OpenAI SDKs send them freely.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
     /// `<provider>/<model-name>` or a routing alias.
@@ -30,6 +30,16 @@ pub struct ChatCompletionRequest {
     pub max_completion_tokens: Option<u32>,
     #[serde(default)]
     pub seed: Option<i64>,
+    /// `minimal`, `low`, `medium` or `high`: a thinking budget on every provider that has one
+    /// (1,024, 2,048, 8,192 or 24,576 tokens; OpenAI gets the effort back).
+    #[serde(default)]
+    pub reasoning_effort: Option<String>,
+    #[serde(default)]
+    pub parallel_tool_calls: Option<bool>,
+    #[serde(default)]
+    pub frequency_penalty: Option<f64>,
+    #[serde(default)]
+    pub presence_penalty: Option<f64>,
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     pub stop: Option<Value>,
@@ -168,6 +178,19 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
     if request.n.is_some_and(|n| n != 1) {
         return Err(invalid("n", "only n = 1 is supported"));
     }
+    for (name, penalty) in [
+        ("frequency_penalty", request.frequency_penalty),
+        ("presence_penalty", request.presence_penalty),
+    ] {
+        if penalty.is_some_and(|p| !(-2.0..=2.0).contains(&p)) {
+            return Err(invalid(name, format!("{name} must be between -2 and 2")));
+        }
+    }
+    let thinking_budget = request
+        .reasoning_effort
+        .as_deref()
+        .map(thinking_budget_of)
+        .transpose()?;
     let messages = request
         .messages
         .into_iter()
@@ -235,12 +258,15 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
             top_p: request.top_p,
             top_k: None,
             max_tokens: request.max_completion_tokens.or(request.max_tokens),
+            parallel_tool_calls: request.parallel_tool_calls,
+            frequency_penalty: request.frequency_penalty,
+            presence_penalty: request.presence_penalty,
             seed: request.seed,
             stop,
             tools,
             tool_choice,
             response_format,
-            thinking_budget: None,
+            thinking_budget,
             vendor_tools,
             stream_usage: include_usage,
         },
@@ -261,6 +287,27 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
             .unwrap_or_default()
             .validated("x_timeouts")?,
     })
+}
+
+/// OpenAI's `reasoning_effort` as a thinking budget, which every reasoning provider takes
+/// (Anthropic's minimum is 1,024); the OpenAI adapter maps the budget back to an effort.
+fn thinking_budget_of(effort: &str) -> Result<u32, ApiError> {
+    const EFFORTS: [(&str, u32); 4] = [
+        ("minimal", 1_024),
+        ("low", 2_048),
+        ("medium", 8_192),
+        ("high", 24_576),
+    ];
+    EFFORTS
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(effort))
+        .map(|(_, budget)| *budget)
+        .ok_or_else(|| {
+            invalid(
+                "reasoning_effort",
+                format!("unknown reasoning_effort '{effort}': use minimal, low, medium or high"),
+            )
+        })
 }
 
 pub(crate) fn message(wire: WireMessage, index: usize) -> Result<Message, ApiError> {
@@ -557,6 +604,36 @@ mod tests {
         assert_eq!(parsed.customer.as_deref(), Some("u-1"));
         assert_eq!(parsed.nonce.as_deref(), Some("n1"));
         assert!(parsed.inference.stream_usage);
+    }
+
+    #[test]
+    fn reasoning_effort_parallel_calls_and_penalties_are_read() {
+        let parsed = parse_json(json!({
+            "model": "openai/gpt-5", "messages": [{"role": "user", "content": "hi"}],
+            "reasoning_effort": "High", "parallel_tool_calls": false,
+            "frequency_penalty": 0.5, "presence_penalty": -2
+        }))
+        .unwrap();
+        assert_eq!(parsed.inference.thinking_budget, Some(24_576));
+        assert_eq!(parsed.inference.parallel_tool_calls, Some(false));
+        assert_eq!(parsed.inference.frequency_penalty, Some(0.5));
+        assert_eq!(parsed.inference.presence_penalty, Some(-2.0));
+        let base = |extra: Value| {
+            let mut body =
+                json!({"model": "openai/x", "messages": [{"role": "user", "content": "hi"}]});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            body
+        };
+        assert_eq!(
+            param(base(json!({"reasoning_effort": "extreme"}))),
+            "reasoning_effort"
+        );
+        assert_eq!(
+            param(base(json!({"presence_penalty": 2.5}))),
+            "presence_penalty"
+        );
     }
 
     #[test]
