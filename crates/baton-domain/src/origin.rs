@@ -83,6 +83,12 @@ impl CallbackOrigin {
                 if name.split('.').any(str::is_empty) {
                     return Err(invalid("the host name has an empty label"));
                 }
+                // DNS's bounds (RFC 1035): no host is longer, so none could ever match.
+                if name.len() > 253 || name.split('.').any(|label| label.len() > 63) {
+                    return Err(invalid(
+                        "a host name has labels of at most 63 characters, 253 in all",
+                    ));
+                }
                 name.to_string()
             }
             Some(Host::Ipv4(ip)) if !wildcard => ip.to_string(),
@@ -313,6 +319,8 @@ mod tests {
             "example.com:99999",
             "example.com:0",
             "https://",
+            &format!("{}.example.com", "a".repeat(64)),
+            &format!("{}example.com", "abcdefgh.".repeat(28)),
         ] {
             assert!(CallbackOrigin::parse(bad, "o").is_err(), "accepted {bad:?}");
         }

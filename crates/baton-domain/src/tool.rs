@@ -8,11 +8,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use crate::chat::VendorTool;
+use crate::environment::validate_environment_name;
 use crate::{DomainError, DomainResult, Timestamp};
 
 const MAX_DESCRIPTION_LEN: usize = 4000;
 const MAX_PROPERTIES: usize = 64;
 const MAX_URL_LEN: usize = 2048;
+const MAX_ENUM_VALUES: usize = 256;
+const MAX_ENUM_VALUE_LEN: usize = 256;
 const MAX_HEADERS: usize = 32;
 /// CritiqueLoop iterations a tool may ask for; each one is two flow runs.
 pub const MAX_LOOP_ITERATIONS: u32 = 20;
@@ -266,6 +269,32 @@ impl ToolParameters {
                 return Err(DomainError::validation(
                     format!("parameters.properties[{i}].enum"),
                     "enum must list at least one value",
+                ));
+            }
+            if property
+                .description
+                .as_ref()
+                .is_some_and(|d| d.chars().count() > MAX_DESCRIPTION_LEN)
+            {
+                return Err(DomainError::validation(
+                    format!("parameters.properties[{i}].description"),
+                    format!("description is longer than {MAX_DESCRIPTION_LEN} characters"),
+                ));
+            }
+            let values = property.allowed.as_deref().unwrap_or_default();
+            if values.len() > MAX_ENUM_VALUES {
+                return Err(DomainError::validation(
+                    format!("parameters.properties[{i}].enum"),
+                    format!("enum may list at most {MAX_ENUM_VALUES} values"),
+                ));
+            }
+            if let Some(j) = values
+                .iter()
+                .position(|v| v.chars().count() > MAX_ENUM_VALUE_LEN)
+            {
+                return Err(DomainError::validation(
+                    format!("parameters.properties[{i}].enum[{j}]"),
+                    format!("an enum value is at most {MAX_ENUM_VALUE_LEN} characters"),
                 ));
             }
         }
@@ -807,18 +836,20 @@ impl ToolInput {
                     .as_deref()
                     .map(|u| validate_web_url(u, "webUrl"))
                     .transpose()?;
+                // Keys are environment names, held to their rules (and trimmed as stored).
                 for (env, url) in &web_urls {
-                    config.web_urls.insert(
-                        env.clone(),
-                        validate_web_url(url, &format!("webUrls.{env}"))?,
-                    );
+                    let name = validate_environment_name(env, &format!("webUrls.{env}"))?;
+                    let url = validate_web_url(url, &format!("webUrls.{env}"))?;
+                    config.web_urls.insert(name, url);
                 }
                 for (env, over) in environment_overrides {
+                    let name =
+                        validate_environment_name(&env, &format!("environmentOverrides.{env}"))?;
                     let param = format!("environmentOverrides.{env}.webUrl");
                     let web_url = validate_web_url(&over.web_url, &param)?;
                     config
                         .environment_overrides
-                        .insert(env, EnvironmentOverride { web_url });
+                        .insert(name, EnvironmentOverride { web_url });
                 }
                 if config.web_url.is_none() && config.web_urls.is_empty() {
                     return Err(DomainError::validation(
@@ -969,6 +1000,12 @@ impl McpServerInput {
                 "name must be 1 to 200 characters",
             ));
         }
+        if self.url.len() > MAX_URL_LEN {
+            return Err(DomainError::validation(
+                "url",
+                format!("url is longer than {MAX_URL_LEN} bytes"),
+            ));
+        }
         let url = url::Url::parse(self.url.trim())
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
@@ -1090,6 +1127,23 @@ mod tests {
             param_of(json!({"name": "w", "toolType": "External", "webUrl": "/w",
                 "parameters": {"properties": [{"name": "q"}, {"name": "q"}]}})),
             "parameters.properties[1].name"
+        );
+        // Every stored string is bounded.
+        let long = "x".repeat(4_001);
+        assert_eq!(
+            param_of(json!({"name": "w", "toolType": "External", "webUrl": "/w",
+                "parameters": {"properties": [{"name": "q", "description": long}]}})),
+            "parameters.properties[0].description"
+        );
+        assert_eq!(
+            param_of(json!({"name": "w", "toolType": "External", "webUrl": "/w",
+                "parameters": {"properties": [{"name": "q", "enum": ["a", "x".repeat(257)]}]}})),
+            "parameters.properties[0].enum[1]"
+        );
+        let env = "e".repeat(300);
+        assert_eq!(
+            param_of(json!({"name": "w", "toolType": "External", "webUrls": {env.clone(): "/w"}})),
+            format!("webUrls.{env}")
         );
     }
 
@@ -1219,6 +1273,8 @@ mod tests {
             bad(json!({"name": "m", "url": "https://m.example/mcp", "headers": {"A": "x\ny"}})),
             "headers.A"
         );
+        let long = format!("https://m.example/{}", "p".repeat(2_048));
+        assert_eq!(bad(json!({"name": "m", "url": long})), "url");
         let server = McpServer {
             id: "s".into(),
             name: "m".into(),
