@@ -953,7 +953,8 @@ async fn a_changed_tool_is_seen_by_the_next_run() {
 }
 
 /// A streamed run with tools sends heartbeats while nothing else happens (a slow tool call),
-/// at the interval asked for, and its unresolved parameters in `requestStarted`;
+/// at the interval asked for, usage at its interval, and its unresolved parameters in
+/// `requestStarted`;
 /// `include_usage: false` leaves `usageUpdate` off its stream; a malformed `event_types`
 /// pattern is refused naming the item.
 #[tokio::test]
@@ -992,6 +993,28 @@ async fn a_streamed_tool_run_sends_heartbeats_and_honours_its_stream_options() {
     assert!(beats[0]["data"]["elapsedMs"].as_u64().is_some());
     assert!(count(&events, "usageUpdate") > 0, "usage is on by default");
     assert_eq!(count(&events, "requestCompleted"), 1);
+
+    // Usage every 200 ms too, while the tool sleeps (not only after each model call).
+    let events = stream(json!({"usage_interval_ms": 200})).await;
+    let position = |t: &str| events.iter().position(|e| e["type"] == t).unwrap();
+    let (started, finished) = (position("toolStarted"), position("toolCompleted"));
+    let during = events[started..finished]
+        .iter()
+        .filter(|e| e["type"] == "usageUpdate")
+        .count();
+    assert!(during >= 2, "{during} usage updates during the tool call");
+    let update = &events[started..finished]
+        .iter()
+        .find(|e| e["type"] == "usageUpdate")
+        .unwrap()["data"];
+    assert!(
+        update["cumulativeCreditsUsed"].as_i64().unwrap() > 0,
+        "{update}"
+    );
+    assert!(
+        update["cumulativeTokensIn"].as_u64().unwrap() > 0,
+        "{update}"
+    );
 
     let events =
         stream(json!({"include_usage": false, "event_types": ["usage*", "request*"]})).await;

@@ -449,6 +449,9 @@ impl Engine {
                 .filter
                 .allows("heartbeat")
                 .then_some(options.heartbeat_interval);
+            // And usage every `usage_interval_ms`, between the updates each model call sends.
+            let usage_every = (options.include_usage && options.filter.allows("usageUpdate"))
+                .then_some(options.usage_interval);
             let (sender, receiver) = match live {
                 Some((sender, receiver)) => (Some(sender), Some(receiver)),
                 None => (None, None),
@@ -491,6 +494,11 @@ impl Engine {
             // The classifier's call counts against the request's cost ceiling too.
             input.scope.charge(classifier_credits);
             if let Some(receiver) = receiver {
+                let usage = usage_every.map(|every| UsageTicks {
+                    every,
+                    events: input.events.clone(),
+                    spent: input.scope.spent.clone(),
+                });
                 // The run goes on to the end (and is logged) even if the consumer leaves; in the
                 // request's span, so a debug run's log lines are still captured.
                 tokio::spawn(
@@ -505,6 +513,7 @@ impl Engine {
                     &self.config().limits,
                     shows_errors,
                     heartbeat,
+                    usage,
                 ))));
             }
             let requested = input.plan.chain.requested.clone();
@@ -862,6 +871,14 @@ impl ClassifierParent<'_> {
     }
 }
 
+/// What a streamed run with tools needs for its periodic `usageUpdate`s.
+struct UsageTicks {
+    every: Duration,
+    events: SharedEvents,
+    /// The tree's billed credits so far.
+    spent: std::sync::Arc<std::sync::atomic::AtomicI64>,
+}
+
 /// The live events of a run with tools, until the run ends or the stream reaches
 /// `limits.max_stream_duration`: then an `error` event (not stored: the run is not affected) ends
 /// the stream, and the run goes on to the end and is logged, as when a client leaves.
@@ -871,6 +888,7 @@ fn live_envelopes(
     limits: &crate::bounds::Limits,
     shows_errors: bool,
     heartbeat: Option<Duration>,
+    usage: Option<UsageTicks>,
 ) -> impl futures::Stream<Item = Value> + Send + 'static {
     /// What the stream holds between envelopes.
     struct Live {
@@ -880,9 +898,16 @@ fn live_envelopes(
         /// The request the `error` and `heartbeat` envelopes name.
         run_id: String,
         heartbeat: Option<tokio::time::Interval>,
+        /// Periodic `usageUpdate`s and where their figures come from.
+        usage: Option<(tokio::time::Interval, UsageTicks)>,
         started: Instant,
         sent: u64,
     }
+    let ticks = |every: Duration| {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        ticks
+    };
     let live = Live {
         receiver: Some(receiver),
         deadline: Some(crate::stream::Deadline::after(
@@ -890,11 +915,8 @@ fn live_envelopes(
             limits.stream_duration_exceeded(),
         )),
         run_id,
-        heartbeat: heartbeat.map(|every| {
-            let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticks
-        }),
+        heartbeat: heartbeat.map(ticks),
+        usage: usage.map(|usage| (ticks(usage.every), usage)),
         started: Instant::now(),
         sent: 0,
     };
@@ -908,6 +930,14 @@ fn live_envelopes(
                     "heartbeat",
                     json!({"elapsedMs": elapsed, "eventCount": live.sent}),
                 ))
+            }
+            _ = async { live.usage.as_mut()?.0.tick().await; Some(()) }, if live.usage.is_some() => {
+                live.usage.as_ref().map(|(_, usage)| {
+                    let spent = usage.spent.load(std::sync::atomic::Ordering::Relaxed);
+                    // Streamed only: the stored log keeps the updates of the model calls.
+                    EventLog::new(live.run_id.clone())
+                        .emit("usageUpdate", usage.events.usage_data(spent))
+                })
             }
             error = crate::stream::past(live.deadline.as_mut()) => {
                 // Dropping the receiver: the run's further events go to its log only.

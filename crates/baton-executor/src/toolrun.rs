@@ -269,6 +269,18 @@ impl SharedEvents {
         (events.active_agents, events.completed_agents)
     }
 
+    /// `usageUpdate`'s data: the whole tree's spend (`tree_credits`) and tokens so far, its
+    /// agents, the time since the request began.
+    pub(crate) fn usage_data(&self, tree_credits: i64) -> Value {
+        let events = self.lock();
+        json!({"cumulativeCreditsUsed": tree_credits,
+               "cumulativeCostUsd": baton_domain::credits::Credits(tree_credits).to_usd(),
+               "cumulativeTokensIn": events.tree_tokens.0,
+               "cumulativeTokensOut": events.tree_tokens.1,
+               "activeAgents": events.active_agents, "completedAgents": events.completed_agents,
+               "elapsedMs": events.log.elapsed_ms()})
+    }
+
     /// Ends the live stream (the sender is dropped).
     pub fn close(&self) {
         self.lock().live = None;
@@ -493,20 +505,11 @@ impl ModelTurns for GatewayTurns<'_> {
                            "wasCached": false, "wasFallback": answer.fallback_used}),
                 );
                 // Cumulative across the whole tree, like the agent counts beside them.
-                let (active, completed) = self.events.agent_counts();
-                let (tokens_in, tokens_out) = self
-                    .events
+                self.events
                     .add_tree_tokens(response.usage.tokens_in, response.usage.tokens_out);
                 let tree_credits = self.spent.load(std::sync::atomic::Ordering::Relaxed);
-                self.events.emit(
-                    "usageUpdate",
-                    json!({"cumulativeCreditsUsed": tree_credits,
-                           "cumulativeCostUsd": baton_domain::credits::Credits(tree_credits).to_usd(),
-                           "cumulativeTokensIn": tokens_in,
-                           "cumulativeTokensOut": tokens_out,
-                           "activeAgents": active, "completedAgents": completed,
-                           "elapsedMs": self.events.elapsed_ms()}),
-                );
+                let usage = self.events.usage_data(tree_credits);
+                self.events.emit("usageUpdate", usage);
                 tracing::debug!(
                     model = %answer.model.model,
                     tokens_in = response.usage.tokens_in,
