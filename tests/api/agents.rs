@@ -967,7 +967,7 @@ async fn an_agent_tree_is_one_request_for_the_rate_limit() {
     .await;
     s.finish_flow(
         &child,
-        json!({"template": "help [[input]]", "llm": "openai/gpt-4o-mini"}),
+        json!({"template": "help [[input]] in [[tone]]", "llm": "openai/gpt-4o-mini"}),
     )
     .await;
     s.ok(
@@ -984,6 +984,14 @@ async fn an_agent_tree_is_one_request_for_the_rate_limit() {
     let run = s.run(&root.0, json!({}), &[]).await;
     assert_eq!(run["output"]["text"], "led");
     assert_eq!(run["toolCalls"][0]["status"], "succeeded", "{run}");
+    // The sub-agent's own unresolved parameter is a warning on its run, as a root's is.
+    let child_id = run["toolCalls"][0]["childRequestId"].as_str().unwrap();
+    let child_run = wait_for_run(&s.app, child_id).await;
+    let warning = &child_run.warnings[0];
+    assert_eq!(
+        (warning.code.as_str(), warning.parameter.as_deref()),
+        ("UNRESOLVED_PARAMETER", Some("tone"))
+    );
     // The next request is over the limit.
     let refused = s
         .call(

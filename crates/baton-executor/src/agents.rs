@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::dispatch::{AgentOutcome, AgentRunner};
 use crate::engine::Engine;
 use crate::error::ExecutorError;
-use crate::flow_run::{Choice, ClassifierParent, parameter_values};
+use crate::flow_run::{Choice, ClassifierParent, parameter_values, unresolved_warnings};
 use crate::gateway::{RequestTimeouts, plan_chain};
 use crate::runlog::{Pricing, RunLog};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
@@ -143,6 +143,7 @@ impl TreeRunner {
             .library
             .render(&template_name, &values)
             .map_err(|e| e.to_string())?;
+        let warnings = unresolved_warnings(&rendered.unresolved);
         let mut messages = Vec::with_capacity(2);
         if !rendered.system.trim().is_empty() {
             messages.push(Message::text(Role::System, rendered.system));
@@ -236,6 +237,7 @@ impl TreeRunner {
             ancestors,
             pricing,
             callback_origins: settings.callback_origins.clone(),
+            warnings,
         })
     }
 }
@@ -258,6 +260,8 @@ struct Child {
     ancestors: Vec<String>,
     pricing: Pricing,
     callback_origins: Vec<baton_domain::origin::CallbackOrigin>,
+    /// Parameters its template left unresolved, as a root run reports them.
+    warnings: Vec<baton_domain::run::RunWarning>,
 }
 
 /// One child request: which flow, in which role, with what overrides.
@@ -320,6 +324,7 @@ impl TreeRunner {
             record.tags = self.scope.tags.clone();
             record.customer_external_id = self.scope.customer.clone();
             record.callback_origin = self.callback.origin();
+            record.warnings = child.warnings;
         }
         log.set_request(&json!({
             "flowId": child.flow_id, "templateName": child.template_name,

@@ -289,17 +289,7 @@ impl Engine {
             .library
             .render(&template_name, &values)
             .map_err(|e| ExecutorError::validation("parameters", e.to_string()))?;
-        let mut warnings: Vec<RunWarning> = rendered
-            .unresolved
-            .iter()
-            .map(|name| RunWarning {
-                code: "UNRESOLVED_PARAMETER".into(),
-                message: format!(
-                    "[[{name}]] has no value and names no template: it was sent as written"
-                ),
-                parameter: Some(name.clone()),
-            })
-            .collect();
+        let mut warnings = unresolved_warnings(&rendered.unresolved);
 
         let template_tools = self.tools(&tenant, &template.tool_ids).await?;
         for id in &template.tool_ids {
@@ -869,6 +859,20 @@ impl ClassifierParent<'_> {
         record.customer_external_id = self.customer.map(str::to_string);
         record.created_at = Timestamp::now();
     }
+}
+
+/// SPEC.md: an unresolved parameter is sent as written and "the response carries a warning".
+pub(crate) fn unresolved_warnings(unresolved: &[String]) -> Vec<RunWarning> {
+    unresolved
+        .iter()
+        .map(|name| RunWarning {
+            code: "UNRESOLVED_PARAMETER".into(),
+            message: format!(
+                "[[{name}]] has no value and names no template: it was sent as written"
+            ),
+            parameter: Some(name.clone()),
+        })
+        .collect()
 }
 
 /// What a streamed run with tools needs for its periodic `usageUpdate`s.
