@@ -583,6 +583,17 @@ async fn route_mode_lets_the_classifier_pick_a_described_template() {
         .await;
     assert_eq!(run["templateName"], "tech");
 
+    // The classifier's model failing upstream does not fail the request: the entrypoint runs,
+    // with a warning.
+    mock.push(Reply::status(503, "overloaded"));
+    mock.push(Reply::text("General answer."));
+    let run = api
+        .run(&slug, json!({"parameters": {"question": "Anything"}}))
+        .await;
+    assert_eq!(run["templateName"], "main", "{run}");
+    assert_eq!(run["output"]["text"], "General answer.");
+    assert_eq!(run["warnings"][0]["code"], "CLASSIFIER_FAILED", "{run}");
+
     // Input refused before the classifier is called: no call is made, no run is logged.
     let logged = || async {
         // Rows are written in the log writer's batch (100 ms).

@@ -19,7 +19,7 @@ use serde_json::{Map, Value, json};
 use crate::dispatch::{AgentOutcome, AgentRunner};
 use crate::engine::Engine;
 use crate::error::ExecutorError;
-use crate::flow_run::{Choice, ClassifierParent, parameter_values, unresolved_warnings};
+use crate::flow_run::{ClassifierParent, parameter_values, unresolved_warnings};
 use crate::gateway::{RequestTimeouts, plan_chain};
 use crate::runlog::{Pricing, RunLog};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
@@ -124,14 +124,11 @@ impl TreeRunner {
             deadline: self.scope.deadline,
             holds_budget: false,
         };
-        let (template_name, classifier_credits) = match engine
+        let (template_name, classifier_credits, classifier_warning) = engine
             .choose_template(&self.tenant, flow, &compiled, &values, parent, &pricing)
             .await
             .map_err(|e| format!("the flow '{}' could not pick a template: {e}", flow.name))?
-        {
-            Choice::Entrypoint => (compiled.version.entrypoint.clone(), 0),
-            Choice::Classified { name, credits } => (name, credits),
-        };
+            .resolve(&compiled.version.entrypoint);
         // In the tree's tally, so the request's cost ceiling counts it.
         self.scope.charge(classifier_credits);
         let template = compiled
@@ -143,7 +140,8 @@ impl TreeRunner {
             .library
             .render(&template_name, &values)
             .map_err(|e| e.to_string())?;
-        let warnings = unresolved_warnings(&rendered.unresolved);
+        let mut warnings = unresolved_warnings(&rendered.unresolved);
+        warnings.extend(classifier_warning);
         let mut messages = Vec::with_capacity(2);
         if !rendered.system.trim().is_empty() {
             messages.push(Message::text(Role::System, rendered.system));

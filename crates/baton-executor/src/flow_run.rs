@@ -259,7 +259,6 @@ impl Engine {
         }
 
         // Route mode: a classifier call picks the template (its own logged, billed child run).
-        let mut classifier_credits = 0;
         let parent = ClassifierParent {
             root_id: &run_id,
             run_id: &run_id,
@@ -269,16 +268,10 @@ impl Engine {
             deadline: None,
             holds_budget: true,
         };
-        let template_name = match self
+        let (template_name, classifier_credits, classifier_warning) = self
             .choose_template(&tenant, flow, &compiled, &values, parent, &pricing)
             .await?
-        {
-            Choice::Entrypoint => compiled.version.entrypoint.clone(),
-            Choice::Classified { name, credits } => {
-                classifier_credits = credits;
-                name
-            }
-        };
+            .resolve(&compiled.version.entrypoint);
         let template = compiled.version.template(&template_name).ok_or_else(|| {
             ExecutorError::validation(
                 "environment",
@@ -290,6 +283,7 @@ impl Engine {
             .render(&template_name, &values)
             .map_err(|e| ExecutorError::validation("parameters", e.to_string()))?;
         let mut warnings = unresolved_warnings(&rendered.unresolved);
+        warnings.extend(classifier_warning);
 
         let template_tools = self.tools(&tenant, &template.tool_ids).await?;
         for id in &template.tool_ids {
@@ -726,7 +720,23 @@ impl Engine {
         }
         let answer = match answer(self, tenant, &plan, &mut request, None, &mut log).await {
             Ok(answer) => answer,
-            Err(failure) => return Err(failure.log(log).await),
+            Err(failure) => {
+                // Every model of the classifier's chain failed upstream: rather than fail the
+                // request, its entrypoint runs (the classifier's failure is logged on its run).
+                let upstream =
+                    matches!(failure.error.code(), "PROVIDER_ERROR" | "PROVIDER_TIMEOUT");
+                let error = failure.log(log).await;
+                if upstream {
+                    return Ok(Choice::Unclassified(RunWarning {
+                        code: "CLASSIFIER_FAILED".into(),
+                        message: format!(
+                            "the classifier could not pick a template ({error}): the entrypoint ran"
+                        ),
+                        parameter: None,
+                    }));
+                }
+                return Err(error);
+            }
         };
         let response = answer.value;
         let cost = pricing.cost(
@@ -829,6 +839,19 @@ pub(crate) enum Choice {
         name: String,
         credits: i64,
     },
+    /// The classifier's model failed upstream: the entrypoint runs, with this warning.
+    Unclassified(RunWarning),
+}
+
+impl Choice {
+    /// The template to run, what the classifier cost, and a warning if it could not choose.
+    pub(crate) fn resolve(self, entrypoint: &str) -> (String, i64, Option<RunWarning>) {
+        match self {
+            Choice::Entrypoint => (entrypoint.to_string(), 0, None),
+            Choice::Classified { name, credits } => (name, credits, None),
+            Choice::Unclassified(warning) => (entrypoint.to_string(), 0, Some(warning)),
+        }
+    }
 }
 
 /// The run a Route-mode classifier call belongs to: a flow run (its own root, depth 0) or a
