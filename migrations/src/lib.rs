@@ -23,6 +23,7 @@ mod m20261127_000002_one_row_a_run;
 mod m20261129_000001_budget_alert_leases;
 mod m20261129_000002_budget_alert_retries;
 mod m20261129_000003_user_sessions;
+mod m20261129_000004_run_inference_count;
 pub mod packed_pages;
 
 pub struct Migrator;
@@ -47,6 +48,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000001_budget_alert_leases::Migration),
             Box::new(m20261129_000002_budget_alert_retries::Migration),
             Box::new(m20261129_000003_user_sessions::Migration),
+            Box::new(m20261129_000004_run_inference_count::Migration),
         ]
     }
 }

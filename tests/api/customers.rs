@@ -192,6 +192,8 @@ async fn usage_per_customer_and_summary_over_a_period() {
         run
     };
     let mut child = record(&uuid::Uuid::now_v7().to_string(), a1.created_at, 100);
+    // A sub-agent whose tool loop made three model calls.
+    child.inference_count = 3;
     child.parent_id = Some(a1.id.clone());
     child.root_id = a1.id.clone();
     child.depth = 1;
@@ -213,7 +215,8 @@ async fn usage_per_customer_and_summary_over_a_period() {
         usage["requestCount"], 2,
         "the sub-agent is part of its request"
     );
-    assert_eq!(usage["inferenceCount"], 3);
+    assert_eq!(usage["inferenceCount"], 1 + 1 + 3, "model calls, not runs");
+    assert_eq!(a1.inference_count, 1, "a chat call is one");
     assert_eq!(usage["tokensIn"], 1000 + 2000 + 7);
     assert_eq!(usage["tokensOut"], 500 + 100 + 3);
 

@@ -529,6 +529,9 @@ async fn bad_arguments_go_back_to_the_model_and_max_tool_calls_ends_the_loop() {
     );
     // The model's last calls were not run: the answer does not claim them.
     assert_eq!(run["finishReason"], "stop");
+    // Its three model calls are counted on its run.
+    let logged = crate::chat::wait_for_run(&s.app, run["id"].as_str().unwrap()).await;
+    assert_eq!(logged.inference_count, 3);
 
     // maxToolCalls 0: no tool turn at all; the model is asked to answer without tools from its
     // first call, and a call it makes anyway is not run.

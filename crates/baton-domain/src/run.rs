@@ -126,6 +126,9 @@ pub struct RunRecord {
     pub status: RunStatus,
     pub finish_reason: Option<String>,
     pub usage: Usage,
+    /// Model calls that answered (a run with tools makes one a turn; sub-agents' are theirs).
+    #[serde(default)]
+    pub inference_count: u32,
     /// Billed cost (with the tenant's markup), in credits.
     pub cost_credits: i64,
     /// Catalogue price, in credits.
@@ -188,6 +191,7 @@ impl RunRecord {
             status: RunStatus::Pending,
             finish_reason: None,
             usage: Usage::default(),
+            inference_count: 0,
             cost_credits: 0,
             raw_cost_credits: 0,
             pricing_uncertain: false,

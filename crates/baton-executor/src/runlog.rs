@@ -248,6 +248,8 @@ impl RunLog {
             record.provider = Some(provider.to_string());
             record.served_model = Some(format!("{provider}/{served}"));
             record.status = status;
+            // A run with tools has counted its calls; any other answer is one call.
+            record.inference_count = record.inference_count.max(1);
             record.finish_reason = Some(response.finish_reason.as_openai().to_string());
             record.usage = response.usage;
             record.cost_credits = cost.billed.0;

@@ -817,6 +817,7 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             if let Some(record) = log.record_mut() {
                 record.tool_calls = outcome.tool_calls.clone();
                 record.warnings.extend(outcome.warnings.iter().cloned());
+                record.inference_count = outcome.inferences;
             }
             if is_root {
                 log.attach_events(events.take_stored());
@@ -863,6 +864,7 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
                 record.tool_calls = tool_calls.clone();
                 record.warnings.push(warning.clone());
                 record.cancelled_at = Some(baton_domain::Timestamp::now());
+                record.inference_count = inferences;
             }
             let children: i64 = tool_calls
                 .iter()
@@ -931,6 +933,7 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             error,
             usage,
             tool_calls,
+            inferences,
             ..
         }) => {
             if is_root {
@@ -943,6 +946,7 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             }
             if let Some(record) = log.record_mut() {
                 record.tool_calls = tool_calls;
+                record.inference_count = inferences;
                 if let Some(model) = &failed_model {
                     record.provider = Some(model.provider.clone());
                 }

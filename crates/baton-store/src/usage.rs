@@ -40,6 +40,9 @@ fn sum(expression: &str) -> Expr {
     Expr::cust(format!("CAST(COALESCE(SUM({expression}), 0) AS BIGINT)"))
 }
 
+/// The model calls of a run, as SQL over `runs`.
+pub(crate) const INFERENCES: &str = "CASE WHEN inference_count > 0 THEN inference_count WHEN served_model IS NOT NULL THEN 1 ELSE 0 END";
+
 impl Store {
     /// Sums per customer external id of the tenant's runs created in `[from, to)`, for one
     /// customer or all of them.
@@ -59,11 +62,9 @@ impl Store {
                 sum("CASE WHEN parent_id IS NULL THEN 1 ELSE 0 END"),
                 "requests",
             )
-            // A run that called a model: the root of a failed request before any call has none.
-            .column_as(
-                sum("CASE WHEN served_model IS NOT NULL THEN 1 ELSE 0 END"),
-                "inferences",
-            )
+            // Model calls: a run with tools counts each; rows from before the count was kept
+            // count one when a model served them (a failed request before any call, none).
+            .column_as(sum(INFERENCES), "inferences")
             .column_as(sum("tokens_in"), "tokens_in")
             .column_as(sum("tokens_out"), "tokens_out")
             .filter(runs::Column::TenantId.eq(tenant.as_str()))

@@ -23,6 +23,7 @@ pub struct Model {
     pub reasoning_tokens: i64,
     pub cached_tokens: i64,
     pub web_search_calls: i64,
+    pub inference_count: i64,
     pub cost_credits: i64,
     pub raw_cost_credits: i64,
     pub pricing_uncertain: bool,
