@@ -1130,6 +1130,38 @@ async fn a_full_batch_is_written_without_waiting_for_the_batch_delay() {
     app.stop().await;
 }
 
+/// A client reading back (or cancelling) the run it was just given the id of finds it, though
+/// its row waits in the log writer's batch (a minute here): the miss has the writer write now.
+#[tokio::test]
+async fn a_run_just_answered_is_found_by_its_id_at_once() {
+    let (app, mock) = crate::chat::app_with_mock_and(|config| {
+        config.invocation_log.batch_max_delay_ms = 60_000;
+    })
+    .await;
+    let key = app.default_tenant.api_key.clone();
+    mock.push(Reply::text("answered"));
+    let response = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            json!({"model": "openai/gpt-4o-mini",
+                   "messages": [{"role": "user", "content": "Say hi"}]}),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let id = response.headers["x-request-id"].to_str().unwrap();
+    let run = app.get(&format!("/api/v1/runs/{id}"), &key).await;
+    assert_eq!(run.status, 200, "{}", run.text);
+    assert_eq!(run.json()["status"], "Succeeded");
+    let entry = app.get(&format!("/api/v1/llm-logs/{id}"), &key).await;
+    assert_eq!(entry.status, 200, "{}", entry.text);
+    // An id nobody made is still not found (after the writer had nothing to write).
+    app.get("/api/v1/runs/no-such-run", &key)
+        .await
+        .error(404, "NOT_FOUND");
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn with_the_invocation_log_off_requests_succeed_and_nothing_is_written() {
     let (app, mock) = crate::chat::app_with_mock_and(|config| {

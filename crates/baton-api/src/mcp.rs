@@ -285,12 +285,12 @@ impl BatonTools {
         Extension(parts): Extension<Parts>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = Caller::of(&parts)?;
-        let result = caller
-            .state
-            .store
-            .get_run(&caller.principal.tenant, &args.run_id)
-            .await
-            .map_err(ApiError::from);
+        let result = crate::routes::flow_runs::find_run(
+            &caller.state,
+            &caller.principal.tenant,
+            &args.run_id,
+        )
+        .await;
         Ok(caller.answer("get_run", result))
     }
 
@@ -303,17 +303,8 @@ impl BatonTools {
         Extension(parts): Extension<Parts>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = Caller::of(&parts)?;
-        let result = caller
-            .state
-            .store
-            .request_cancel(
-                &caller.principal.tenant,
-                &args.run_id,
-                &caller.principal.actor(),
-            )
-            .await
-            .map_err(ApiError::from);
-        caller.state.engine.note_cancel_request();
+        let result =
+            crate::routes::flow_runs::cancel(&caller.state, &caller.principal, &args.run_id).await;
         Ok(caller.answer("cancel_run", result))
     }
 

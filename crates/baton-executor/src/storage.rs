@@ -91,6 +91,10 @@ pub trait RunSink: Send + Sync {
     fn keeps_runs(&self) -> bool {
         true
     }
+
+    /// Writes what is queued now (a sink that batches waits for its batch otherwise), so a run
+    /// just answered can be read back by id. Sinks that write at once have nothing to do.
+    async fn flush(&self) {}
 }
 
 /// A sink that keeps nothing: the operator turned the invocation log off. The budget holds a

@@ -98,4 +98,8 @@ impl RunSink for RunWriter {
         };
         Ok(self.write(item).await?)
     }
+
+    async fn flush(&self) {
+        RunWriter::flush(self).await;
+    }
 }

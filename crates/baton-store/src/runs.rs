@@ -456,6 +456,8 @@ pub enum LogItem {
 
 enum Message {
     Item(LogItem),
+    /// Write everything queued before this now (not when the batch fills), then answer.
+    Flush(oneshot::Sender<()>),
     /// Flush everything queued before this, then stop.
     Close(oneshot::Sender<()>),
 }
@@ -677,6 +679,16 @@ impl RunWriter {
 
     /// Writes everything queued so far, then stops the writer. A database that stays
     /// unreachable is given a few attempts per batch, not more, so shutdown ends.
+    /// Writes what is queued now, without waiting for the batch to fill: a run just answered
+    /// is then found by id (a client reading back a run it was given the id of).
+    pub async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.tx.send(Message::Flush(ack)).await.is_ok() {
+            self.batch_ready.notify.notify_one();
+            let _ = done.await;
+        }
+    }
+
     pub async fn close(&self) {
         self.closing.send_replace(true);
         let (ack, done) = oneshot::channel();
@@ -704,7 +716,8 @@ async fn run_writer(
         counters,
     };
     let options = Arc::new(options);
-    let is_close = |m: &Message| matches!(m, Message::Close(_));
+    // A close or a flush is written at once, without waiting for the batch to fill.
+    let is_close = |m: &Message| matches!(m, Message::Close(_) | Message::Flush(_));
     loop {
         if rx.recv_many(&mut buffer, options.batch).await == 0 {
             return;
@@ -735,9 +748,11 @@ async fn run_writer(
         }
         let mut batch = Batch::default();
         let mut close = None;
+        let mut flushed = Vec::new();
         for message in buffer.drain(..) {
             match message {
                 Message::Item(item) => batch.add(item),
+                Message::Flush(ack) => flushed.push(ack),
                 Message::Close(ack) => close = Some(ack),
             }
         }
@@ -746,19 +761,24 @@ async fn run_writer(
         sampling = lanes
             .write(batch, sampling, behind, &closing, &options)
             .await;
+        for ack in flushed {
+            let _ = ack.send(());
+        }
         if let Some(ack) = close {
             // Anything queued after the close request is written too before stopping.
             let mut rest = Batch::default();
+            let mut answered = Vec::new();
             while let Ok(message) = rx.try_recv() {
                 match message {
                     Message::Item(item) => rest.add(item),
-                    Message::Close(other) => {
-                        let _ = other.send(());
-                    }
+                    Message::Flush(other) | Message::Close(other) => answered.push(other),
                 }
             }
             // On the writer's own runtime: the close must not wait for idle CPU.
             lanes.write_own(rest, sampling, &closing, &options).await;
+            for other in answered {
+                let _ = other.send(());
+            }
             let _ = ack.send(());
             return;
         }

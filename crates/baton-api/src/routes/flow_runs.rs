@@ -248,9 +248,27 @@ pub async fn get_run(
     principal: Principal,
     PathParam(run): PathParam,
 ) -> ApiResult<axum::Json<RunRecord>> {
-    Ok(axum::Json(
-        state.store.get_run(&principal.tenant, &run).await?,
-    ))
+    Ok(axum::Json(find_run(&state, &principal.tenant, &run).await?))
+}
+
+/// Longest a read of a missing run waits for the log writer to write what it holds.
+const FLUSH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A run by id. Runs are written in batches, so one answered a moment ago may still be queued
+/// (for up to `invocation_log.batch_max_delay_ms`): a miss has the writer write what it holds
+/// now, then looks once more, so a client reading back the run it was just given finds it.
+pub(crate) async fn find_run(
+    state: &AppState,
+    tenant: &baton_domain::TenantId,
+    id: &str,
+) -> ApiResult<RunRecord> {
+    match state.store.get_run(tenant, id).await {
+        Err(baton_store::StoreError::NotFound { .. }) => {
+            let _ = tokio::time::timeout(FLUSH_WAIT, state.engine.runs().flush()).await;
+            Ok(state.store.get_run(tenant, id).await?)
+        }
+        found => Ok(found?),
+    }
 }
 
 /// Asks a running run to stop (SPEC.md "Run"): it and every sub-agent stop at their next step;
@@ -269,10 +287,32 @@ pub async fn cancel_run(
     principal: Principal,
     PathParam(run): PathParam,
 ) -> ApiResult<(axum::http::StatusCode, axum::Json<RunRecord>)> {
-    let record = state
-        .store
-        .request_cancel(&principal.tenant, &run, &principal.actor())
-        .await?;
-    state.engine.note_cancel_request();
+    let record = cancel(&state, &principal, &run).await?;
     Ok((axum::http::StatusCode::ACCEPTED, axum::Json(record)))
+}
+
+/// Records a cancel request for `run`; a run started a moment ago whose row is still queued in
+/// the log writer is written first (as [`find_run`] does).
+pub(crate) async fn cancel(
+    state: &AppState,
+    principal: &Principal,
+    run: &str,
+) -> ApiResult<RunRecord> {
+    let actor = principal.actor();
+    let record = match state
+        .store
+        .request_cancel(&principal.tenant, run, &actor)
+        .await
+    {
+        Err(baton_store::StoreError::NotFound { .. }) => {
+            let _ = tokio::time::timeout(FLUSH_WAIT, state.engine.runs().flush()).await;
+            state
+                .store
+                .request_cancel(&principal.tenant, run, &actor)
+                .await?
+        }
+        requested => requested?,
+    };
+    state.engine.note_cancel_request();
+    Ok(record)
 }

@@ -446,7 +446,7 @@ pub async fn get_llm_log(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<axum::Json<LogEntryDetail>> {
-    let run = state.store.get_run(&principal.tenant, &id).await?;
+    let run = crate::routes::flow_runs::find_run(&state, &principal.tenant, &id).await?;
     Ok(axum::Json(LogEntryDetail::of(run)))
 }
 
