@@ -229,6 +229,13 @@ async fn usage_per_customer_and_summary_over_a_period() {
         .json();
     assert_eq!(wide["creditsUsed"], a_credits + 1_000_000);
     assert_eq!(wide["requestCount"], 3);
+    // A bare date is read as that day's UTC midnight, as on /llm-logs.
+    let day = (chrono::Utc::now() - chrono::Duration::days(50)).date_naive();
+    let by_day = app
+        .get(&format!("/api/v1/customers/cus_a/usage?from={day}"), &key)
+        .await;
+    assert_eq!(by_day.status, 200, "{}", by_day.text);
+    assert_eq!(by_day.json()["creditsUsed"], a_credits + 1_000_000);
 
     // The summary: active customers, most credits first; the deactivated one left out.
     let summary = app.get("/api/v1/customers/usage", &key).await;

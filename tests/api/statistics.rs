@@ -778,6 +778,30 @@ async fn tag_costs_split_and_rollup_total_the_same_and_by_key_ranks_prefixes() {
             .count()
     );
 
+    // A bare date is that day's UTC midnight, as on /llm-logs.
+    let day = chrono::DateTime::from_timestamp_millis(from_ms)
+        .unwrap()
+        .date_naive();
+    let by_day = app
+        .get(
+            &format!("/api/v1/statistics/tag-costs?tag=Team:search&from={day}"),
+            &key,
+        )
+        .await;
+    assert_eq!(by_day.status, 200, "{}", by_day.text);
+    let midnight = day
+        .and_hms_opt(0, 0, 0)
+        .unwrap()
+        .and_utc()
+        .timestamp_millis();
+    assert_eq!(
+        by_day.json()["totals"]["calls"],
+        tagged
+            .iter()
+            .filter(|r| r.created_at.0.timestamp_millis() >= midnight)
+            .count()
+    );
+
     // By key: anchored, case-sensitive, wildcard-free prefixes, ranked by spend, Panel excluded.
     let by_key = app
         .get("/api/v1/statistics/tag-costs/by-key?prefix=Team:", &key)

@@ -78,12 +78,29 @@ impl Serialize for Timestamp {
     }
 }
 
+impl Timestamp {
+    /// A time as clients write one: RFC 3339 (`2026-11-22T10:00:00Z`), or a bare date
+    /// (`2026-11-22`), which is that day's UTC midnight. Every `from`/`to` reads this way.
+    pub fn parse_input(raw: &str) -> Option<Timestamp> {
+        let raw = raw.trim();
+        if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
+            return Some(Self(t.with_timezone(&Utc)));
+        }
+        chrono::NaiveDate::parse_from_str(raw, "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map(|midnight| Self(midnight.and_utc()))
+    }
+}
+
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let raw = String::deserialize(deserializer)?;
-        DateTime::parse_from_rfc3339(&raw)
-            .map(|t| Self(t.with_timezone(&Utc)))
-            .map_err(serde::de::Error::custom)
+        Timestamp::parse_input(&raw).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "'{raw}' is not an ISO 8601 time such as 2026-11-22T10:00:00Z or a date such as 2026-11-22"
+            ))
+        })
     }
 }
 
@@ -201,6 +218,24 @@ mod tests {
             serde_json::to_string(&Timestamp(precise)).unwrap(),
             "\"2025-11-24T16:00:00.123Z\""
         );
+    }
+
+    #[test]
+    fn inputs_are_rfc_3339_or_a_bare_date() {
+        let at = |raw: &str| Timestamp::parse_input(raw).map(|t| t.to_string());
+        assert_eq!(
+            at(" 2026-11-22T10:00:00+02:00 ").as_deref(),
+            Some("2026-11-22T08:00:00.000Z")
+        );
+        assert_eq!(
+            at("2026-11-22").as_deref(),
+            Some("2026-11-22T00:00:00.000Z")
+        );
+        for bad in ["2026-13-01", "22/11/2026", "yesterday", ""] {
+            assert_eq!(at(bad), None, "{bad}");
+        }
+        let read: Timestamp = serde_json::from_str("\"2026-11-22\"").unwrap();
+        assert_eq!(read.to_string(), "2026-11-22T00:00:00.000Z");
     }
 
     #[test]

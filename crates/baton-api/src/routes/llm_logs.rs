@@ -13,7 +13,7 @@ use baton_domain::logs::{
 };
 use baton_domain::run::{RawJson, RunRecord, RunStatus, RunWarning, ToolCallRecord};
 use baton_domain::{TenantId, credits::Credits};
-use chrono::{DateTime, NaiveDate, Utc};
+use chrono::DateTime;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -86,20 +86,12 @@ fn parse_bool(param: &str, raw: &str) -> Result<bool, ApiError> {
 }
 
 fn parse_time(param: &str, raw: &str) -> Result<Timestamp, ApiError> {
-    let raw = raw.trim();
-    if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
-        return Ok(Timestamp(t.with_timezone(&Utc)));
-    }
-    if let Some(midnight) = NaiveDate::parse_from_str(raw, "%Y-%m-%d")
-        .ok()
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-    {
-        return Ok(Timestamp(midnight.and_utc()));
-    }
-    Err(ApiError::validation(
-        param,
-        format!("{param} must be an ISO 8601 date-time such as 2026-11-22T10:00:00Z"),
-    ))
+    Timestamp::parse_input(raw).ok_or_else(|| {
+        ApiError::validation(
+            param,
+            format!("{param} must be an ISO 8601 date-time such as 2026-11-22T10:00:00Z"),
+        )
+    })
 }
 
 fn encode_cursor(position: &LogPosition) -> String {

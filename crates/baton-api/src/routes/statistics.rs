@@ -66,12 +66,12 @@ fn period_window(raw: Option<&str>, default_days: i64) -> ApiResult<(Window, i64
 
 fn parse_time(raw: Option<&str>, param: &str) -> ApiResult<Option<i64>> {
     raw.map(|raw| {
-        DateTime::parse_from_rfc3339(raw.trim())
-            .map(|t| t.timestamp_millis())
-            .map_err(|_| {
+        Timestamp::parse_input(raw)
+            .map(|t| t.0.timestamp_millis())
+            .ok_or_else(|| {
                 ApiError::validation(
                     param,
-                    format!("'{raw}' is not an ISO 8601 time such as 2026-11-22T10:00:00Z"),
+                    format!("'{raw}' is not an ISO 8601 time such as 2026-11-22T10:00:00Z or a date such as 2026-11-22"),
                 )
             })
     })
