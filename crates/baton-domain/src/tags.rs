@@ -34,6 +34,14 @@ pub fn validate_tags(tags: Vec<String>, param: &str) -> DomainResult<Vec<String>
                 ),
             ));
         }
+        // Tags travel comma-separated (`X-Baton-Tags`, the log's `tags` filter): a comma in one
+        // would make it two, and a run carrying it could never be found by it.
+        if tag.contains(',') {
+            return Err(DomainError::validation(
+                param,
+                format!("invalid tag '{tag}': a tag cannot contain a comma"),
+            ));
+        }
         if !out.contains(&tag) {
             out.push(tag);
         }
@@ -82,5 +90,7 @@ mod tests {
         assert!(parse_tag_header(&twenty_one.join(",")).is_err());
         assert!(parse_tag_header(":nokey").is_err());
         assert!(merge_tags(twenty, vec!["Extra:1".into()]).is_err());
+        // A body tag with a comma could never be found by the log's comma-separated filter.
+        assert!(validate_tags(vec!["Team:a,b".into()], "tags").is_err());
     }
 }
