@@ -372,7 +372,13 @@ async fn status_error(provider: &str, model: &str, response: Response) -> Provid
     }
     ProviderError::Status {
         provider: provider.to_string(),
-        status: status.as_u16(),
+        // Gemini refuses a bad key with 400 (`API_KEY_INVALID`): the operator's key, not the
+        // client's request, is at fault, as with another provider's 401.
+        status: if names_bad_key(status, &body) {
+            StatusCode::UNAUTHORIZED.as_u16()
+        } else {
+            status.as_u16()
+        },
         message,
         retry_after,
     }
@@ -412,6 +418,14 @@ fn names_unknown_model(status: StatusCode, body: &[u8]) -> bool {
                     .into_iter()
                     .flatten()
                     .any(|m| m.starts_with("The provided model identifier is invalid")))
+}
+
+/// A 400 that says the provider key is invalid (Gemini: `reason: API_KEY_INVALID`).
+fn names_bad_key(status: StatusCode, body: &[u8]) -> bool {
+    status == StatusCode::BAD_REQUEST
+        && std::str::from_utf8(body).is_ok_and(|text| {
+            text.contains("API_KEY_INVALID") || text.contains("API key not valid")
+        })
 }
 
 /// Finds the human message in the error bodies of the four wire formats.
@@ -524,6 +538,22 @@ mod tests {
         ] {
             assert!(!names_unknown_model(status, body.as_bytes()), "{body}");
         }
+    }
+
+    /// Gemini's refusal of a bad key (a 400) is the operator's fault, as a 401 is.
+    #[test]
+    fn a_bad_key_refused_with_400_is_told_apart() {
+        let gemini = r#"{"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
+            "status": "INVALID_ARGUMENT", "details": [{"reason": "API_KEY_INVALID"}]}}"#;
+        assert!(names_bad_key(StatusCode::BAD_REQUEST, gemini.as_bytes()));
+        assert!(!names_bad_key(
+            StatusCode::BAD_REQUEST,
+            br#"{"error": {"message": "contents is not specified"}}"#
+        ));
+        assert!(!names_bad_key(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            gemini.as_bytes()
+        ));
     }
 
     #[tokio::test]
