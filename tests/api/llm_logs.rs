@@ -801,7 +801,8 @@ async fn every_kind_of_request_stores_its_lifecycle() {
     assert_eq!(events[3]["data"]["code"], "PROVIDER_REJECTED");
 
     // The same refusal of a streamed run and of an events-format chat, before anything was
-    // streamed: an error response, and the same stored lifecycle.
+    // streamed: the request had started, so its failure is a stream of the same events (as a
+    // run with tools sends), stored the same.
     for (path, body) in [
         (
             format!("/api/v1/flows/{}/runs", flow.0),
@@ -815,21 +816,24 @@ async fn every_kind_of_request_stores_its_lifecycle() {
         ),
     ] {
         s.mock.push(Reply::status(400, "bad request"));
-        let failed = s.call(Method::POST, &path, Some(body)).await;
-        assert_eq!(failed.status, 400, "{path}: {}", failed.text);
-        let id = failed.headers["x-request-id"].to_str().unwrap().to_string();
+        let streamed = s.app.post_events(&path, &s.key, body).await;
+        let lifecycle = [
+            "requestStarted",
+            "agentInferenceStarted",
+            "error",
+            "requestFailed",
+        ];
+        let sent: Vec<&str> = streamed
+            .iter()
+            .map(|e| e["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(sent, lifecycle, "{path}: streamed");
+        assert_eq!(streamed[2]["data"]["code"], "PROVIDER_REJECTED");
+        let id = streamed[0]["requestId"].as_str().unwrap().to_string();
         let events = types_of(id).await;
         let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-        assert_eq!(
-            types,
-            [
-                "requestStarted",
-                "agentInferenceStarted",
-                "error",
-                "requestFailed"
-            ],
-            "{path}"
-        );
+        assert_eq!(types, lifecycle, "{path}: stored");
+        assert_eq!(events, streamed, "{path}: stored as streamed");
     }
 }
 

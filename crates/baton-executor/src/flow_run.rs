@@ -27,7 +27,9 @@ use tracing::Instrument;
 
 use crate::engine::{CompiledVersion, Engine};
 use crate::error::{ExecutorError, ExecutorResult};
-use crate::events::{CallInfo, EventLog, EventOptions, record_call_outcome, record_call_started};
+use crate::events::{
+    CallInfo, EventLog, EventOptions, emit_failed_call, record_call_outcome, record_call_started,
+};
 use crate::gateway::{
     RequestTimeouts, answer, check_model, check_rate_limit, open_stream, plan_chain,
 };
@@ -542,11 +544,13 @@ impl Engine {
             let answer = match open_stream(self, &tenant, &plan, &mut request, &mut log).await {
                 Ok(answer) => answer,
                 Err(failure) => {
-                    // Nothing was streamed: the stored lifecycle starts as a synchronous run's.
-                    record_call_started(&mut events, &call);
-                    record_call_outcome(&mut events, &call, Err(&failure.error));
+                    // The run had started: its failure is a stream of events, as a run with
+                    // tools sends (DESIGN.md: stream errors are `error` events), and stored.
+                    let sent =
+                        emit_failed_call(&mut events, &call, &failure.error, &options.filter);
                     log.attach_events(events.take_stored());
-                    return Err(failure.log(log).await);
+                    failure.log(log).await;
+                    return Ok(Started::Stream(Box::pin(futures::stream::iter(sent))));
                 }
             };
             call.served_by(&answer.model, answer.fallback_used, answer.cached);

@@ -24,7 +24,9 @@ use crate::compat::request::{ChatCompletionRequest, parse};
 use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
-use crate::events::{CallInfo, EventLog, emit_failure, record_call_outcome, record_call_started};
+use crate::events::{
+    CallInfo, EventLog, emit_failed_call, emit_failure, record_call_outcome, record_call_started,
+};
 use crate::extract::Json;
 use crate::gateway::{answer, open_stream, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, event_stream};
@@ -140,7 +142,7 @@ async fn serve_chat(
     let customer = customer_of(&headers, parsed.customer.as_deref(), parsed.customer_param)?;
     let settings = state.tenant_settings(&principal.tenant).await?;
     // Taken before anything runs: a refused stream calls and records nothing.
-    let slot = parsed
+    let mut slot = parsed
         .stream
         .then(|| state.streams.acquire(&principal.tenant))
         .transpose()?;
@@ -260,9 +262,16 @@ async fn serve_chat(
     {
         Ok(answer) => answer,
         Err(failure) => {
-            if event_options.is_some() {
-                // Nothing was streamed: the stored lifecycle starts as a synchronous call's.
-                record_call_started(&mut events, &call);
+            // In the events format the request has started: its failure is a stream of events
+            // (DESIGN.md: stream errors are `error` events), stored too.
+            if let Some(options) = &event_options
+                && let Some(slot) = slot.take()
+            {
+                let sent = emit_failed_call(&mut events, &call, &failure.error, &options.filter);
+                log.attach_events(events.take_stored());
+                failure.log(log).await;
+                let envelopes = chat_events::sse_envelopes(futures::stream::iter(sent));
+                return Ok(sse::response(holding(slot, envelopes)));
             }
             record_call_outcome(&mut events, &call, Err(&failure.error));
             log.attach_events(events.take_stored());
