@@ -567,6 +567,28 @@ async fn catalogue_and_providers_are_listed() {
         .unwrap();
     assert_eq!(local["models"], json!(["local/llama-3"]));
     assert_eq!(local["builtIn"], false);
+
+    // OpenAI's model list: configured providers' models, as requests name them.
+    let models = app.get("/api/v1/models", &key).await.json();
+    assert_eq!(models["object"], "list");
+    let listed: Vec<(&str, &str)> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            assert_eq!(m["object"], "model");
+            (m["id"].as_str().unwrap(), m["owned_by"].as_str().unwrap())
+        })
+        .collect();
+    assert!(
+        listed.contains(&("openai/gpt-4o-mini", "openai")),
+        "{models}"
+    );
+    assert!(listed.contains(&("local/llama-3", "local")));
+    assert!(
+        listed.iter().all(|(_, owner)| *owner != "mistral"),
+        "an unconfigured provider's models are not offered"
+    );
     // Without credentials the routes still need auth.
     assert_eq!(
         app.request(Method::GET, "/api/v1/providers", None, None)

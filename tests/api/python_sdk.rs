@@ -116,6 +116,8 @@ async fn the_official_openai_sdk_works_unchanged() {
         report["errors"]["bad_temperature"],
         json!({"status": 400, "code": "VALIDATION_ERROR", "class": "BadRequestError"})
     );
+    // `models.list()` works and names models as requests do.
+    assert_eq!(report["models"]["has_mini"], true, "{report}");
 
     // What the providers received: the OpenAI format for openai/, Anthropic's for anthropic/.
     let received = mock.received();

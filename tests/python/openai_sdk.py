@@ -84,4 +84,7 @@ for name, kwargs in {
         errors[name] = {"status": err.status_code, "code": body.get("code"), "class": type(err).__name__}
 report["errors"] = errors
 
+models = [model.id for model in client.models.list()]
+report["models"] = {"count": len(models), "has_mini": "openai/gpt-4o-mini" in models}
+
 print(json.dumps(report))

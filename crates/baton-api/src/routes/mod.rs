@@ -128,6 +128,7 @@ fn protected_route_list() -> OpenApiRouter<AppState> {
         .routes(routes!(customers::customer_usage))
         .routes(routes!(customers::customers_usage))
         .routes(routes!(models::list_descriptors))
+        .routes(routes!(models::list_models))
         .routes(routes!(models::list_providers))
         .routes(routes!(chat::chat_completions))
         .routes(routes!(inference::inference))

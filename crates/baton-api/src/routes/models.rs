@@ -35,6 +35,62 @@ pub async fn list_descriptors(
     Ok(axum::Json(state.providers.catalogue().models().to_vec()))
 }
 
+/// One entry of OpenAI's model list.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CompatibleModel {
+    /// `<provider>/<model>`, as requests name it.
+    pub id: String,
+    /// Always `model`.
+    pub object: &'static str,
+    /// Always 0: the catalogue keeps no release dates.
+    pub created: i64,
+    /// The provider key.
+    pub owned_by: String,
+}
+
+/// OpenAI's `{object: "list", data}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CompatibleModelList {
+    /// Always `list`.
+    pub object: &'static str,
+    pub data: Vec<CompatibleModel>,
+}
+
+/// The models requests can name, in OpenAI's list format, so an OpenAI client's
+/// `models.list()` works: the catalogue's and the operator's extra providers' models, of
+/// configured providers only (a call to the others would be refused).
+#[utoipa::path(get, path = "/api/v1/models", tag = "models",
+    responses(
+        (status = 200, description = "The models of the configured providers", body = CompatibleModelList),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+    ))]
+pub async fn list_models(
+    State(state): State<AppState>,
+    _principal: Principal,
+) -> ApiResult<axum::Json<CompatibleModelList>> {
+    let providers = &state.providers;
+    let data = providers
+        .list()
+        .into_iter()
+        .filter(|p| p.configured)
+        .flat_map(|p| {
+            providers
+                .models_of(&p.key)
+                .into_iter()
+                .map(move |id| CompatibleModel {
+                    id,
+                    object: "model",
+                    created: 0,
+                    owned_by: p.key.clone(),
+                })
+        })
+        .collect();
+    Ok(axum::Json(CompatibleModelList {
+        object: "list",
+        data,
+    }))
+}
+
 #[utoipa::path(get, path = "/api/v1/providers", tag = "models",
     responses(
         (status = 200, description = "Providers and whether they are configured", body = [ProviderSummary]),
