@@ -1159,6 +1159,23 @@ async fn a_run_just_answered_is_found_by_its_id_at_once() {
     assert_eq!(run.json()["status"], "Succeeded");
     let entry = app.get(&format!("/api/v1/llm-logs/{id}"), &key).await;
     assert_eq!(entry.status, 200, "{}", entry.text);
+    // What the run stored, read at once too (each read below comes right after an answer).
+    for part in ["hierarchy", "events", "events/stats", "log-entries"] {
+        mock.push(Reply::text("answered"));
+        let response = app
+            .post(
+                "/api/v1/chat/completions",
+                &key,
+                json!({"model": "openai/gpt-4o-mini",
+                       "messages": [{"role": "user", "content": "Say hi"}]}),
+            )
+            .await;
+        let id = response.headers["x-request-id"].to_str().unwrap();
+        let read = app
+            .get(&format!("/api/v1/llm-logs/{id}/{part}"), &key)
+            .await;
+        assert_eq!(read.status, 200, "{part}: {}", read.text);
+    }
     // An id nobody made is still not found (after the writer had nothing to write).
     app.get("/api/v1/runs/no-such-run", &key)
         .await

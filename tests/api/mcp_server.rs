@@ -525,7 +525,14 @@ async fn the_transport_needs_a_key_and_checks_host_and_origin() {
     assert_eq!(plain.status, 406, "{}", plain.text);
     assert_eq!(plain.json()["error"]["code"], "NOT_ACCEPTABLE");
     // A body that is no JSON, or no JSON-RPC message, is a 400 as on every route.
-    for (body, code) in [("{bad", "INVALID_JSON"), ("{}", "VALIDATION_ERROR")] {
+    for (body, code) in [
+        ("{bad", "INVALID_JSON"),
+        ("{}", "VALIDATION_ERROR"),
+        (
+            r#"{"jsonrpc": "2.0", "id": 1, "result": {}}"#,
+            "VALIDATION_ERROR",
+        ),
+    ] {
         let refused = crate::helpers::send(
             app.client
                 .post(app.url("/api/v1/mcp"))

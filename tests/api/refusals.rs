@@ -103,3 +103,26 @@ async fn a_streamed_refusal_comes_in_refusal_deltas_without_an_error() {
         assert_eq!(run.error_code, None, "{extra}");
     }
 }
+
+/// The service-format answers carry the refusal too: `/inference` and the stored response.
+#[tokio::test]
+async fn inference_answers_and_the_log_carry_the_refusal() {
+    let (app, mock) = app_with_mock().await;
+    let key = app.default_tenant.api_key.clone();
+    mock.push(Reply::Refusal(REFUSAL.into()));
+    let response = app
+        .post(
+            "/api/v1/inference",
+            &key,
+            json!({"model": "openai/gpt-4o-mini",
+                   "messages": [{"role": "user", "content": "Say something forbidden"}]}),
+        )
+        .await;
+    assert_eq!(response.status, 200, "{}", response.text);
+    let body = response.json();
+    assert_eq!(body["refusal"], REFUSAL, "{body}");
+    let id = body["id"].as_str().unwrap();
+    let run = wait_for_run(&app, id).await;
+    let logged = run.response.unwrap().to_value();
+    assert_eq!(logged["refusal"], REFUSAL, "{logged}");
+}

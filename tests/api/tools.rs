@@ -713,6 +713,15 @@ async fn mcp_servers_are_registered_discovered_imported_and_called() {
     )
     .await
     .error(409, "ALREADY_EXISTS");
+    let twice = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/import"),
+            Some(json!({"toolNames": ["add", "add"]})),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(twice["param"], "toolNames[1]");
     let library = s.ok(Method::GET, "/api/v1/tools", None).await;
     assert!(
         library

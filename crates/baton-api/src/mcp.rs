@@ -116,12 +116,36 @@ async fn in_error_shape(response: Response) -> Response {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+    if !(status.is_client_error() || status.is_server_error()) {
         return response;
     }
     let bytes = axum::body::to_bytes(response.into_body(), 4096)
         .await
         .unwrap_or_default();
+    // A JSON-RPC error object answered with an HTTP error (a message that is no request, say)
+    // gets the one error shape too, with its message.
+    let rpc_message = is_json
+        .then(|| serde_json::from_slice::<serde_json::Value>(&bytes).ok())
+        .flatten()
+        .and_then(|body| body.pointer("/error/message")?.as_str().map(str::to_string));
+    if is_json && rpc_message.is_none() {
+        // Already JSON of another kind: passed on as it came.
+        let mut passed = Response::new(Body::from(bytes));
+        *passed.status_mut() = status;
+        passed.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        return passed;
+    }
+    if let Some(message) = rpc_message.filter(|_| status == StatusCode::BAD_REQUEST) {
+        return ApiError::Invalid {
+            code: "VALIDATION_ERROR",
+            message,
+            param: None,
+        }
+        .into_response();
+    }
     let mut message = String::from_utf8_lossy(&bytes).trim().to_string();
     if message.is_empty() {
         message = ApiError::from_status(status).to_string();

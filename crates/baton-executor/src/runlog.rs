@@ -106,6 +106,8 @@ struct LoggedResponse<'a> {
     tool_calls: &'a [baton_domain::chat::ToolCall],
     citations: &'a [baton_domain::chat::Citation],
     finish_reason: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    refusal: Option<&'a str>,
 }
 
 fn prompt_chars(request: &Value) -> usize {
@@ -263,6 +265,7 @@ impl RunLog {
                     tool_calls: &response.tool_calls,
                     citations: &response.citations,
                     finish_reason: response.finish_reason.as_openai(),
+                    refusal: response.refusal.as_deref(),
                 })
             });
             record.completed_at = Some(Timestamp::now());

@@ -84,6 +84,9 @@ pub struct RunOutput {
     /// Sources the model cited (provider-run web search, grounding).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub citations: Vec<Citation>,
+    /// Why the model declined to answer (OpenAI's `refusal`), when it did; `text` is empty then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -154,6 +157,7 @@ impl From<FlowRunOutcome> for FlowRunResponse {
                 text: response.text,
                 json: outcome.json,
                 citations: response.citations,
+                refusal: response.refusal,
             },
             tool_calls: outcome.tool_calls,
             warnings: outcome.warnings,
@@ -264,11 +268,30 @@ pub(crate) async fn find_run(
 ) -> ApiResult<RunRecord> {
     match state.store.get_run(tenant, id).await {
         Err(baton_store::StoreError::NotFound { .. }) => {
-            let _ = tokio::time::timeout(FLUSH_WAIT, state.engine.runs().flush()).await;
+            flush_log(state).await;
             Ok(state.store.get_run(tenant, id).await?)
         }
         found => Ok(found?),
     }
+}
+
+/// Has the log writer write what it holds now (bounded by [`FLUSH_WAIT`]).
+pub(crate) async fn flush_log(state: &AppState) {
+    let _ = tokio::time::timeout(FLUSH_WAIT, state.engine.runs().flush()).await;
+}
+
+/// Before reading what a run stored (its events, hierarchy, log lines): a run not found yet
+/// may be waiting in the writer's batch, which is written first (as [`find_run`] does).
+pub(crate) async fn written(
+    state: &AppState,
+    tenant: &baton_domain::TenantId,
+    id: &str,
+) -> ApiResult<()> {
+    if let Err(baton_store::StoreError::NotFound { .. }) = state.store.run_summary(tenant, id).await
+    {
+        flush_log(state).await;
+    }
+    Ok(())
 }
 
 /// Asks a running run to stop (SPEC.md "Run"): it and every sub-agent stop at their next step;
@@ -305,7 +328,7 @@ pub(crate) async fn cancel(
         .await
     {
         Err(baton_store::StoreError::NotFound { .. }) => {
-            let _ = tokio::time::timeout(FLUSH_WAIT, state.engine.runs().flush()).await;
+            flush_log(state).await;
             state
                 .store
                 .request_cancel(&principal.tenant, run, &actor)

@@ -99,6 +99,9 @@ pub struct InferenceResult {
     pub tool_calls: Vec<ToolCall>,
     #[schema(value_type = Vec<Object>)]
     pub citations: Vec<Citation>,
+    /// Why the model declined to answer (OpenAI's `refusal`), when it did; `text` is empty then.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<String>,
     pub finish_reason: &'static str,
     pub usage: InferenceUsage,
 }
@@ -313,6 +316,7 @@ async fn serve_inference(
         was_cached: answer.cached,
         json,
         citations: response.citations,
+        refusal: response.refusal,
         finish_reason: response.finish_reason.as_openai(),
         usage: InferenceUsage {
             tokens_in: response.usage.tokens_in,

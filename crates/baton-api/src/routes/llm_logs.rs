@@ -21,6 +21,7 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::events::EventFilter;
 use crate::extract::{PathParam, Query};
+use crate::routes::flow_runs::{find_run, written};
 use crate::state::AppState;
 
 /// The query of `GET /llm-logs` (documentation; parsed by [`parse_list_query`], since arrays
@@ -438,7 +439,7 @@ pub async fn get_llm_log(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<axum::Json<LogEntryDetail>> {
-    let run = crate::routes::flow_runs::find_run(&state, &principal.tenant, &id).await?;
+    let run = find_run(&state, &principal.tenant, &id).await?;
     Ok(axum::Json(LogEntryDetail::of(run)))
 }
 
@@ -466,6 +467,7 @@ pub async fn get_llm_log_hierarchy(
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<axum::Json<LogHierarchyView>> {
+    written(&state, &principal.tenant, &id).await?;
     let breadcrumb = state.store.run_breadcrumb(&principal.tenant, &id).await?;
     let children = state.store.run_children(&principal.tenant, &id).await?;
     let parent = breadcrumb
@@ -491,6 +493,7 @@ async fn events_of(
     tenant: &TenantId,
     id: &str,
 ) -> ApiResult<Vec<baton_domain::run::StoredEvent>> {
+    written(state, tenant, id).await?;
     let breadcrumb = state.store.run_breadcrumb(tenant, id).await?;
     let own = state.store.run_events(tenant, id).await?;
     let Some(root) = breadcrumb.first().filter(|root| root.id != id) else {
@@ -624,6 +627,7 @@ pub async fn get_llm_log_entries(
     PathParam(id): PathParam,
 ) -> ApiResult<axum::Json<Vec<RunLogEntry>>> {
     // The run itself decides 404 versus an empty list.
+    written(&state, &principal.tenant, &id).await?;
     state.store.run_summary(&principal.tenant, &id).await?;
     Ok(axum::Json(
         state.store.run_log_entries(&principal.tenant, &id).await?,

@@ -203,6 +203,12 @@ pub async fn import_mcp_tools(
     let mut chosen = Vec::with_capacity(body.tool_names.len());
     for (i, name) in body.tool_names.iter().enumerate() {
         let param = format!("toolNames[{i}]");
+        if body.tool_names[..i].contains(name) {
+            return Err(ApiError::validation(
+                param,
+                format!("'{name}' is named twice"),
+            ));
+        }
         let tool = offered.iter().find(|t| &t.name == name).ok_or_else(|| {
             ApiError::validation(
                 param.clone(),
