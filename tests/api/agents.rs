@@ -802,6 +802,18 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
         .expect("an error event");
     assert_eq!(events[error]["data"]["code"], "RUN_CANCELLED");
     assert_eq!(types.last(), Some(&"requestCompleted"), "{types:?}");
+    // The sub-agent stopped with it: its call is reported cancelled, not completed; the root
+    // alone reports the cancellation.
+    assert_eq!(types.iter().filter(|t| **t == "error").count(), 1);
+    let agent = events
+        .iter()
+        .find(|e| e["type"] == "agentCompleted")
+        .unwrap();
+    assert_eq!(agent["data"]["status"], "cancelled", "{agent}");
+    assert!(
+        events.iter().any(|e| e["type"] == "toolFailed"),
+        "{types:?}"
+    );
     assert!(error < types.len() - 1);
     // The in-flight work finished; no model call was made after the cancel.
     assert_eq!(s.mock.received().len(), 2);
@@ -941,7 +953,16 @@ async fn a_sub_agent_cancelled_alone_fails_its_call_and_its_parent_goes_on() {
     let failed = of("toolFailed");
     assert_eq!(failed.len(), 1, "{events:?}");
     assert_eq!(failed[0]["data"]["toolName"], "worker");
-    assert_eq!(of("agentCompleted")[0]["data"]["status"], "cancelled");
+    let completed = &of("agentCompleted")[0]["data"];
+    assert_eq!(completed["status"], "cancelled");
+    for field in [
+        "directCreditsUsed",
+        "inferenceCount",
+        "toolCallCount",
+        "childAgentCount",
+    ] {
+        assert!(completed.get(field).is_some(), "{field}: {completed}");
+    }
     // The parent was told, and answered.
     let told = tool_messages(&s.mock, 2)[0]["content"].to_string();
     assert!(told.contains("cancelled"), "{told}");

@@ -643,6 +643,35 @@ async fn route_mode_lets_the_classifier_pick_a_described_template() {
     let budget_path = format!("/api/v1/budgets/{}", budget["id"].as_str().unwrap());
     assert_eq!(app.delete(&budget_path, &api.key).await.status, 204);
 
+    // A Route flow whose empty entrypoint only runs when the classifier names nothing can be
+    // activated (a Direct one could never run, and cannot).
+    let routed = api.post("/api/v1/flows", json!({"title": "Routed"})).await;
+    let routed_slug = routed["name"].as_str().unwrap().to_string();
+    api.put(
+        &format!("/api/v1/flows/{routed_slug}"),
+        json!({"executionMode": "Route", "classifierModel": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    let versions = api
+        .get(&format!("/api/v1/flows/{routed_slug}/versions"))
+        .await;
+    let v1 = versions[0]["id"].as_str().unwrap().to_string();
+    for name in ["alpha", "beta"] {
+        api.put(
+            &format!("/api/v1/flows/{routed_slug}/versions/{v1}/templates/{name}"),
+            json!({"description": format!("{name} questions"), "template": name, "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    }
+    let activated = app
+        .post(
+            &format!("/api/v1/flows/{routed_slug}/versions/{v1}/environments"),
+            &api.key,
+            json!({"environment": "production"}),
+        )
+        .await;
+    assert_eq!(activated.status, 200, "{}", activated.text);
+
     // With fewer than two described templates the entrypoint runs, no classifier call.
     let single = activated_flow(
         &api,

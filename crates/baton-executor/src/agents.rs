@@ -377,36 +377,58 @@ impl TreeRunner {
         let duration_ms = || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         let outcome = toolrun::run(input).await;
         self.events.agent_running(false);
-        // A cancel request for the sub-agent itself (not for a run above it, which stops this
-        // run too and reports itself) ends the call as a failure the parent model is told of.
-        let cancelled_alone = match &outcome {
+        // A sub-agent stopped by a cancel request ends its call as a failure (status
+        // `cancelled`): the parent model is told, and goes on when the request was for the
+        // sub-agent alone; a run above it that was cancelled stops too and reports itself, so
+        // only a cancel of the sub-agent alone is reported here (`error` RUN_CANCELLED).
+        let cancelled = match &outcome {
             Ok(result) => result.warnings.iter().any(|w| w.code == CANCELLED_WARNING),
             Err(error) => matches!(error, ExecutorError::Cancelled),
-        } && !self.ancestor_cancelled().await;
-        if cancelled_alone {
-            let (message, partial, tree_credits) = match &outcome {
-                Ok(result) => (
-                    result
-                        .warnings
+        };
+        if cancelled {
+            let alone = !self.ancestor_cancelled().await;
+            let (message, partial, mut data) = match &outcome {
+                Ok(result) => {
+                    let spawned = result
+                        .tool_calls
                         .iter()
-                        .find(|w| w.code == CANCELLED_WARNING)
-                        .map_or_else(String::new, |w| w.message.clone()),
-                    result.response.text.clone(),
-                    result.tree_credits.saturating_add(child.classifier_credits),
+                        .filter(|c| c.child_request_id.is_some())
+                        .count();
+                    (
+                        result
+                            .warnings
+                            .iter()
+                            .find(|w| w.code == CANCELLED_WARNING)
+                            .map_or_else(String::new, |w| w.message.clone()),
+                        result.response.text.clone(),
+                        json!({"totalCreditsUsed": result.tree_credits.saturating_add(child.classifier_credits),
+                               "directCreditsUsed": result.cost.billed.0,
+                               "inferenceCount": result.inferences,
+                               "toolCallCount": result.tool_calls.len(),
+                               "childAgentCount": spawned}),
+                    )
+                }
+                Err(error) => (
+                    error.to_string(),
+                    String::new(),
+                    json!({"totalCreditsUsed": 0, "directCreditsUsed": 0, "inferenceCount": 0,
+                           "toolCallCount": 0, "childAgentCount": 0}),
                 ),
-                Err(error) => (error.to_string(), String::new(), 0),
             };
-            self.events.emit(
-                "error",
-                json!({"code": "RUN_CANCELLED", "message": message, "agentRole": role,
-                       "recoverable": true}),
-            );
-            self.events.emit(
-                "agentCompleted",
-                json!({"childRequestId": child.id, "agentRole": role, "durationMs": duration_ms(),
-                       "totalCreditsUsed": tree_credits, "status": "cancelled",
-                       "resultPreview": preview(&partial)}),
-            );
+            let tree_credits = data["totalCreditsUsed"].as_i64().unwrap_or(0);
+            if alone {
+                self.events.emit(
+                    "error",
+                    json!({"code": "RUN_CANCELLED", "message": message, "agentRole": role,
+                           "recoverable": true}),
+                );
+            }
+            data["childRequestId"] = json!(child.id);
+            data["agentRole"] = json!(role);
+            data["durationMs"] = json!(duration_ms());
+            data["status"] = json!("cancelled");
+            data["resultPreview"] = json!(preview(&partial));
+            self.events.emit("agentCompleted", data);
             let told = if partial.is_empty() {
                 format!("agent '{role}' was cancelled: {message}")
             } else {

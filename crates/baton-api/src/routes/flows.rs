@@ -218,11 +218,22 @@ pub async fn activate_version(
         ));
     }
     let library = compile(&draft.templates)?;
-    // An entrypoint that renders to nothing, whatever the parameters, would fail every run.
+    // An entrypoint that renders to nothing, whatever the parameters, would fail every run;
+    // unless a Route classifier picks among described templates (the entrypoint then runs
+    // only when it names none).
+    let flow_record = state.store.get_flow(&principal.tenant, &flow).await?.flow;
+    let routed = flow_record.execution_mode == baton_domain::flow::ExecutionMode::Route
+        && draft
+            .templates
+            .iter()
+            .filter(|t| t.description.is_some())
+            .count()
+            >= 2;
     let rendered = library
         .render(&draft.entrypoint, &std::collections::HashMap::new())
         .map_err(|e| ApiError::validation("versionId", e.to_string()))?;
-    if rendered.system.trim().is_empty()
+    if !routed
+        && rendered.system.trim().is_empty()
         && rendered.user.as_deref().is_none_or(|u| u.trim().is_empty())
     {
         return Err(ApiError::validation(
