@@ -651,7 +651,7 @@ async fn a_critique_loop_iterates_until_the_critic_approves_or_the_limit() {
     .await;
     s.finish_flow(
         &drafter,
-        json!({"template": "Draft.", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini", "temperature": 0.8}),
+        json!({"template": "Draft. Last feedback: [[feedback]]", "userTemplate": "[[input]]", "llm": "openai/gpt-4o-mini", "temperature": 0.8}),
     )
     .await;
     s.finish_flow(
@@ -695,6 +695,10 @@ async fn a_critique_loop_iterates_until_the_critic_approves_or_the_limit() {
     );
     let result = tool_messages(&s.mock, 5)[0]["content"].to_string();
     assert!(result.contains("draft two, with the sea"), "{result}");
+    // `[[feedback]]` is empty on the first iteration (not sent as written), the critic's after.
+    let system = |n: usize| received[n].body["messages"][0]["content"].clone();
+    assert_eq!(system(1), "Draft. Last feedback: ");
+    assert_eq!(system(3), "Draft. Last feedback: mention the sea");
     let call = &run["toolCalls"][0];
     assert_eq!(call["toolType"], "CritiqueLoop");
     assert_eq!(call["status"], "succeeded");

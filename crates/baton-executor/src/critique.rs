@@ -72,7 +72,14 @@ pub async fn run(runner: &TreeRunner, tool: &Tool, arguments: Map<String, Value>
                 producer_input.insert("feedback".into(), json!(feedback));
                 format!("{input}\n\nFeedback on your previous answer:\n{feedback}")
             }
-            None => input.clone(),
+            None => {
+                // No feedback yet: a producer template's `[[feedback]]` renders empty, not as
+                // an unresolved placeholder sent to the model.
+                producer_input
+                    .entry("feedback")
+                    .or_insert_with(|| json!(""));
+                input.clone()
+            }
         };
         producer_input.insert("input".into(), json!(with_feedback));
         let produced = runner
