@@ -386,8 +386,20 @@ pub(crate) fn message(wire: WireMessage, index: usize) -> Result<Message, ApiErr
     })
 }
 
+/// An enum value as the matches below spell it: lower case (DESIGN.md: enum values are read in
+/// any case), borrowed when it already is.
+fn lower(value: Option<&str>) -> Option<std::borrow::Cow<'_, str>> {
+    value.map(|v| {
+        if v.bytes().any(|b| b.is_ascii_uppercase()) {
+            std::borrow::Cow::Owned(v.to_ascii_lowercase())
+        } else {
+            std::borrow::Cow::Borrowed(v)
+        }
+    })
+}
+
 fn content_part(part: Value, param: &str) -> Result<ContentPart, ApiError> {
-    match part.get("type").and_then(Value::as_str) {
+    match lower(part.get("type").and_then(Value::as_str)).as_deref() {
         Some("text") => part
             .get("text")
             .and_then(Value::as_str)
@@ -440,7 +452,7 @@ enum AnyTool {
 
 fn tool(wire: WireTool, index: usize) -> Result<AnyTool, ApiError> {
     let param = format!("tools[{index}]");
-    let function = match (wire.kind.as_deref(), wire.function) {
+    let function = match (lower(wire.kind.as_deref()).as_deref(), wire.function) {
         (None | Some("function"), Some(function)) => function,
         (None | Some("function"), None) => {
             return Err(invalid(
@@ -505,7 +517,7 @@ fn tool_choice(value: &Value) -> Result<ToolChoice, ApiError> {
 }
 
 fn response_format(value: &Value) -> Result<Option<ResponseFormat>, ApiError> {
-    match value.get("type").and_then(Value::as_str) {
+    match lower(value.get("type").and_then(Value::as_str)).as_deref() {
         Some("text") => Ok(None),
         Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
         Some("json_schema") => {
@@ -647,6 +659,21 @@ mod tests {
         let roles: Vec<Role> = parsed.inference.messages.iter().map(|m| m.role).collect();
         assert_eq!(roles, [Role::System, Role::User]);
         assert_eq!(parsed.inference.tool_choice, Some(ToolChoice::Auto));
+        // Tool types, content part types and the response format's type too.
+        let parsed = parse_json(json!({
+            "model": "openai/gpt-4o-mini",
+            "messages": [{"role": "user", "content": [{"type": "TEXT", "text": "hi"},
+                {"type": "Image_URL", "image_url": {"url": "data:image/png;base64,AAAA"}}]}],
+            "tools": [{"type": "FUNCTION", "function": {"name": "f"}}],
+            "response_format": {"type": "JSON_OBJECT"}
+        }))
+        .unwrap();
+        assert_eq!(parsed.inference.messages[0].content.len(), 2);
+        assert_eq!(parsed.inference.tools[0].name, "f");
+        assert_eq!(
+            parsed.inference.response_format,
+            Some(ResponseFormat::JsonObject)
+        );
     }
 
     #[test]
