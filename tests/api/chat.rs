@@ -915,7 +915,7 @@ async fn direct_inference_in_the_service_format() {
                 "model": "anthropic/claude-haiku-4-5",
                 "messages": [{"role": "user", "content": "The answer?"}],
                 "environment": "staging",
-                "temperature": 0.1, "top_k": 40, "max_tokens": 300, "max_thinking_tokens": 2048,
+                "temperature": 0.1, "top_k": 40, "max_tokens": 4000, "max_thinking_tokens": 2048,
                 "response_schema": {"type": "object", "properties": {"answer": {"type": "integer"}}},
                 "vendor_tools": ["web_search_20250305"],
                 "tags": ["Source:body"], "is_debug": true, "customerId": "cust-inf"

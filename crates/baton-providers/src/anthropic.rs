@@ -219,6 +219,9 @@ fn image_block(source: &ImageSource) -> Value {
 }
 
 /// The Messages request; `default_max_tokens` is sent when the request sets no `max_tokens`.
+/// Anthropic's smallest thinking budget.
+const MIN_THINKING_BUDGET: u32 = 1024;
+
 pub(crate) fn to_wire(
     request: &InferenceRequest,
     stream: bool,
@@ -280,7 +283,18 @@ pub(crate) fn to_wire(
         }
     }
 
-    let thinking_on = request.thinking_budget.is_some();
+    // The caller's max_tokens bounds the answer, thinking included (Anthropic counts the budget
+    // in it): the budget (at least Anthropic's 1,024) shrinks to fit under it, and thinking is
+    // off when it cannot. Without a max_tokens the default is raised to fit the budget.
+    let thinking_budget = request
+        .thinking_budget
+        .map(|budget| budget.max(MIN_THINKING_BUDGET))
+        .and_then(|budget| match request.max_tokens {
+            Some(cap) if cap <= MIN_THINKING_BUDGET => None,
+            Some(cap) => Some(budget.min(cap - 1)),
+            None => Some(budget),
+        });
+    let thinking_on = thinking_budget.is_some();
     let mut tools: Vec<Value> = request
         .tools
         .iter()
@@ -345,15 +359,14 @@ pub(crate) fn to_wire(
             tools.push(json!({"type": "web_search_20250305", "name": "web_search"}));
         }
     }
-    let thinking = request
-        .thinking_budget
-        .map(|budget| json!({"type": "enabled", "budget_tokens": budget.max(1024)}));
+    let thinking =
+        thinking_budget.map(|budget| json!({"type": "enabled", "budget_tokens": budget}));
     let max_tokens = request.max_tokens.unwrap_or(default_max_tokens);
     MessagesRequest {
         model: request.model.clone(),
         // The thinking budget counts against max_tokens, which must exceed it.
-        max_tokens: match request.thinking_budget {
-            Some(budget) => max_tokens.max(budget.max(1024) + 1),
+        max_tokens: match thinking_budget {
+            Some(budget) => max_tokens.max(budget + 1),
             None => max_tokens,
         },
         system: (!system.is_empty()).then(|| system.join("\n\n")),
@@ -872,6 +885,30 @@ mod tests {
         request.parallel_tool_calls = None;
         let wire = serde_json::to_value(to_wire(&request, false, DEFAULT_MAX_TOKENS)).unwrap();
         assert_eq!(wire["tool_choice"], json!({"type": "any"}));
+    }
+
+    /// The caller's max_tokens is a bound on the answer, thinking included.
+    #[test]
+    fn the_thinking_budget_fits_under_the_callers_max_tokens() {
+        let request = |max_tokens: Option<u32>| InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            max_tokens,
+            thinking_budget: Some(24_576),
+            ..Default::default()
+        };
+        let wire = |max_tokens| {
+            serde_json::to_value(to_wire(&request(max_tokens), false, DEFAULT_MAX_TOKENS)).unwrap()
+        };
+        let capped = wire(Some(3000));
+        assert_eq!(capped["max_tokens"], 3000);
+        assert_eq!(capped["thinking"]["budget_tokens"], 2999);
+        let small = wire(Some(1000));
+        assert_eq!(small["max_tokens"], 1000);
+        assert!(small.get("thinking").is_none(), "no room to think: {small}");
+        let open = wire(None);
+        assert_eq!(open["thinking"]["budget_tokens"], 24_576);
+        assert!(open["max_tokens"].as_u64().unwrap() > 24_576);
     }
 
     #[test]
