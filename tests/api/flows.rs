@@ -866,13 +866,51 @@ async fn export_from_one_tenant_imports_into_another_and_runs_there() {
     assert_eq!(b.get("/api/v1/flows").await.as_array().unwrap().len(), 1);
 
     // A broken document is refused whole, naming the field.
-    let mut broken = document;
+    let mut broken = document.clone();
     broken["flows"][0]["name"] = json!("Not A Slug");
     let error = app
         .post("/api/v1/export/import", &tenant_b.api_key, broken)
         .await
         .error(400, "VALIDATION_ERROR");
     assert_eq!(error["param"], "flows[0].name");
+    // So is one that saving and activating would refuse (a model no run can resolve, an
+    // activated entrypoint that renders to nothing, an over-long activation comment).
+    let main = exported["versions"][0]["templates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|t| t["name"] == "main")
+        .unwrap();
+    let renamed = |document: &Value| {
+        let mut copy = document.clone();
+        copy["flows"][0]["name"] = json!("renamed");
+        copy
+    };
+    let mut bad_model = renamed(&document);
+    bad_model["flows"][0]["versions"][0]["templates"][main]["llm"] = json!("nope/x");
+    let mut empty = renamed(&document);
+    empty["flows"][0]["versions"][0]["templates"][main]["template"] = json!("");
+    empty["flows"][0]["versions"][0]["templates"][main]["userTemplate"] = Value::Null;
+    let mut long_comment = renamed(&document);
+    long_comment["flows"][0]["versions"][0]["activations"][0]["comment"] = json!("x".repeat(2_001));
+    for (refused, param) in [
+        (
+            bad_model,
+            format!("flows[0].versions[0].templates[{main}].llm"),
+        ),
+        (empty, "flows[0].versions[0]".to_string()),
+        (
+            long_comment,
+            "flows[0].versions[0].activations[0].comment".to_string(),
+        ),
+    ] {
+        let error = app
+            .post("/api/v1/export/import", &tenant_b.api_key, refused)
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(error["param"], param.as_str());
+    }
+    assert_eq!(b.get("/api/v1/flows").await.as_array().unwrap().len(), 1);
 }
 
 /// An exported Agent tool names its flow by the exporting tenant's id: importing the document

@@ -11,7 +11,7 @@ use baton_domain::tool::ToolInput;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
-use crate::routes::flows::compile;
+use crate::routes::flows::{activation_comment, check_model_name, check_runnable, compile};
 use crate::routes::tools::is_tenant_flow;
 use crate::state::AppState;
 
@@ -88,6 +88,38 @@ pub async fn import(
                 }
                 other => other,
             })?;
+            // What saving and activating check, an import checks too: it would otherwise
+            // bring in versions that fail every run.
+            for (k, template) in version.templates.iter().enumerate() {
+                let at = |field: &str| param(&format!("versions[{j}].templates[{k}].{field}"));
+                if let Some(llm) = &template.llm {
+                    check_model_name(&state, &principal.tenant, llm, &at("llm")).await?;
+                }
+                for (f, fallback) in template.fallbacks.iter().enumerate() {
+                    let field = format!("fallbacks[{f}]");
+                    check_model_name(&state, &principal.tenant, fallback, &at(&field)).await?;
+                }
+            }
+            for (a, activation) in version.activations.iter().enumerate() {
+                activation_comment(activation.comment.as_deref()).map_err(|e| match e {
+                    ApiError::Invalid { message, .. } => ApiError::validation(
+                        param(&format!("versions[{j}].activations[{a}].comment")),
+                        message,
+                    ),
+                    other => other,
+                })?;
+            }
+            if !version.activations.is_empty() {
+                check_runnable(
+                    &version.templates,
+                    &version.entrypoint,
+                    flow.execution_mode,
+                    &param(&format!("versions[{j}]")),
+                )?;
+            }
+        }
+        if let Some(model) = &flow.classifier_model {
+            check_model_name(&state, &principal.tenant, model, &param("classifierModel")).await?;
         }
     }
 

@@ -217,33 +217,13 @@ pub async fn activate_version(
             ),
         ));
     }
-    let library = compile(&draft.templates)?;
-    // An entrypoint that renders to nothing, whatever the parameters, would fail every run;
-    // unless a Route classifier picks among described templates (the entrypoint then runs
-    // only when it names none).
     let flow_record = state.store.get_flow(&principal.tenant, &flow).await?.flow;
-    let routed = flow_record.execution_mode == baton_domain::flow::ExecutionMode::Route
-        && draft
-            .templates
-            .iter()
-            .filter(|t| t.description.is_some())
-            .count()
-            >= 2;
-    let rendered = library
-        .render(&draft.entrypoint, &std::collections::HashMap::new())
-        .map_err(|e| ApiError::validation("versionId", e.to_string()))?;
-    if !routed
-        && rendered.system.trim().is_empty()
-        && rendered.user.as_deref().is_none_or(|u| u.trim().is_empty())
-    {
-        return Err(ApiError::validation(
-            "versionId",
-            format!(
-                "the entrypoint '{}' renders to nothing to send: give it a template or userTemplate first",
-                draft.entrypoint
-            ),
-        ));
-    }
+    check_runnable(
+        &draft.templates,
+        &draft.entrypoint,
+        flow_record.execution_mode,
+        "versionId",
+    )?;
     let comment = activation_comment(body.comment.as_deref())?;
     let activated = state
         .store
@@ -258,6 +238,36 @@ pub async fn activate_version(
         .await;
     state.engine.forget_flows(&principal.tenant);
     Ok(axum::Json(activated?))
+}
+
+/// A version about to be activated must be able to run: its templates compile, and its
+/// entrypoint renders to something with no parameters given (it would fail every run), unless a
+/// Route classifier picks among described templates (the entrypoint then runs only when it
+/// names none). Errors name `param`.
+pub(crate) fn check_runnable(
+    templates: &[Template],
+    entrypoint: &str,
+    mode: baton_domain::flow::ExecutionMode,
+    param: &str,
+) -> ApiResult<()> {
+    let library = compile(templates)?;
+    let routed = mode == baton_domain::flow::ExecutionMode::Route
+        && templates.iter().filter(|t| t.description.is_some()).count() >= 2;
+    let rendered = library
+        .render(entrypoint, &std::collections::HashMap::new())
+        .map_err(|e| ApiError::validation(param, e.to_string()))?;
+    if !routed
+        && rendered.system.trim().is_empty()
+        && rendered.user.as_deref().is_none_or(|u| u.trim().is_empty())
+    {
+        return Err(ApiError::validation(
+            param,
+            format!(
+                "the entrypoint '{entrypoint}' renders to nothing to send: give it a template or userTemplate first"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Longest activation or promotion comment.
@@ -422,7 +432,7 @@ const MAX_MODEL_NAME_LEN: usize = 200;
 /// tenant (an alias must exist before it is named), a provider key, or `<provider>/<model>` of a
 /// known provider. A typo in a fallback otherwise failed every run at its first call, however
 /// healthy the primary model.
-async fn check_model_name(
+pub(crate) async fn check_model_name(
     state: &AppState,
     tenant: &baton_domain::TenantId,
     name: &str,
