@@ -286,6 +286,20 @@ async fn a_stream_logs_the_model_the_provider_reports_as_a_call_does() {
                 )
                 .await;
             assert_eq!(response.status, 200, "{}", response.text);
+            // What the client reads names it too: the answer's, or every chunk's, `model`.
+            let named: Vec<Value> = if stream {
+                sse_data(&response.text)
+                    .iter()
+                    .filter(|d| *d != "[DONE]")
+                    .map(|d| serde_json::from_str::<Value>(d).unwrap()["model"].clone())
+                    .collect()
+            } else {
+                vec![response.json()["model"].clone()]
+            };
+            assert!(
+                named.iter().all(|m| *m == served),
+                "{model}, stream: {stream}: {named:?}"
+            );
             let id = response.headers["x-request-id"]
                 .to_str()
                 .unwrap()

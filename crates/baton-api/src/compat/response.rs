@@ -321,6 +321,11 @@ impl ChunkWriter {
         }
     }
 
+    /// The same stream's writer naming `model` (what the provider reports serving).
+    pub fn serving(&self, model: String) -> ChunkWriter {
+        ChunkWriter::new(self.id.clone(), self.created, model)
+    }
+
     /// Writes the first chunk, which announces the assistant role as OpenAI's does.
     pub fn write_role(&self, out: &mut Vec<u8>) {
         self.write_chunk(&ROLE, None, out);

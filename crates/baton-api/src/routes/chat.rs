@@ -376,6 +376,8 @@ impl ServedModel for baton_domain::chat::InferenceResponse {
 
 enum Phase {
     Start,
+    /// The role chunk is out; the upstream's first item, read before it, comes next.
+    First(Option<Result<baton_domain::chat::StreamDelta, ExecutorError>>),
     Relay,
     Done,
 }
@@ -500,64 +502,78 @@ fn chunk_events(state: ChunkStream) -> impl Stream<Item = Bytes> + Send {
 
 /// Writes the events of one step of the relay; `None` once the stream is over.
 async fn relay_step(state: &mut ChunkStream) -> Option<()> {
-    match state.phase {
+    let item = match std::mem::replace(&mut state.phase, Phase::Relay) {
         Phase::Start => {
-            state.phase = Phase::Relay;
+            // Providers name the model they serve in their first event: the chunks carry that
+            // name, as a synchronous answer's `model` does (a dated name, say).
+            let first = next_or_expired(state).await;
+            if let Some(Ok(baton_domain::chat::StreamDelta::Model(model))) = &first {
+                state.writer = state
+                    .writer
+                    .serving(format!("{}/{model}", state.call.provider_key));
+            }
             let writer = &state.writer;
             state.sse.json_from(|out| writer.write_role(out));
+            state.phase = Phase::First(first);
+            return Some(());
         }
-        Phase::Relay => match next_or_expired(state).await {
-            Some(Ok(delta)) => {
-                state.accumulator.push(&delta);
-                let writer = &state.writer;
-                state.sse.json_from(|out| writer.write_delta(&delta, out));
+        Phase::First(first) => first,
+        Phase::Relay => next_or_expired(state).await,
+        Phase::Done => {
+            state.phase = Phase::Done;
+            return None;
+        }
+    };
+    match item {
+        Some(Ok(delta)) => {
+            state.accumulator.push(&delta);
+            let writer = &state.writer;
+            state.sse.json_from(|out| writer.write_delta(&delta, out));
+        }
+        Some(Err(error)) => {
+            let body = error_chunk(&error, &state.request_id);
+            state.sse.json(&body);
+            state.sse.done();
+            state.phase = Phase::Done;
+            if let Some(mut log) = state.log.take() {
+                let partial = state.partial();
+                state.fail(&mut log, partial, error.code(), &error.to_string());
+                log.flush().await;
             }
-            Some(Err(error)) => {
-                let body = error_chunk(&error, &state.request_id);
+        }
+        None => {
+            let response = state.partial();
+            // A refusal is the model's final word, not an answer that failed the schema.
+            let invalid = structured_output_problem(state.schema.as_ref(), &response)
+                .filter(|_| response.refusal.is_none());
+            if let Some(error) = &invalid {
+                let body = error_chunk(error, &state.request_id);
                 state.sse.json(&body);
-                state.sse.done();
-                state.phase = Phase::Done;
-                if let Some(mut log) = state.log.take() {
-                    let partial = state.partial();
-                    state.fail(&mut log, partial, error.code(), &error.to_string());
-                    log.flush().await;
-                }
             }
-            None => {
-                let response = state.partial();
-                // A refusal is the model's final word, not an answer that failed the schema.
-                let invalid = structured_output_problem(state.schema.as_ref(), &response)
-                    .filter(|_| response.refusal.is_none());
-                if let Some(error) = &invalid {
-                    let body = error_chunk(error, &state.request_id);
-                    state.sse.json(&body);
-                }
-                if state.include_usage {
-                    let usage = state.accumulator.usage();
-                    let usage = state.writer.usage(&usage);
-                    state.sse.json(&usage);
-                }
-                state.sse.done();
-                state.phase = Phase::Done;
-                if let Some(mut log) = state.log.take() {
-                    match invalid {
-                        None => {
-                            state.close_events(&mut log, &response, None);
-                            log.succeed(&state.call.provider_key, &state.call.model, &response)
-                                .await;
-                            if let Some(fill) = state.fill.take() {
-                                fill.fill(response).await;
-                            }
+            if state.include_usage {
+                let usage = state.accumulator.usage();
+                let usage = state.writer.usage(&usage);
+                state.sse.json(&usage);
+            }
+            state.sse.done();
+            state.phase = Phase::Done;
+            if let Some(mut log) = state.log.take() {
+                match invalid {
+                    None => {
+                        state.close_events(&mut log, &response, None);
+                        log.succeed(&state.call.provider_key, &state.call.model, &response)
+                            .await;
+                        if let Some(fill) = state.fill.take() {
+                            fill.fill(response).await;
                         }
-                        Some(error) => {
-                            state.fail(&mut log, response, error.code(), &error.to_string());
-                            log.flush().await;
-                        }
+                    }
+                    Some(error) => {
+                        state.fail(&mut log, response, error.code(), &error.to_string());
+                        log.flush().await;
                     }
                 }
             }
-        },
-        Phase::Done => return None,
+        }
     }
     Some(())
 }
