@@ -183,11 +183,14 @@ struct Seen {
     credits: i64,
     tokens_in: u64,
     tokens_out: u64,
+    /// An events stream that ended with `requestFailed`: a provider failure after the request
+    /// started is told in the stream, not by the status.
+    stream_failed: bool,
 }
 
 impl Seen {
     fn failed(&self) -> bool {
-        self.status.is_some_and(|s| s >= 400)
+        self.status.is_some_and(|s| s >= 400) || self.stream_failed
     }
 }
 
@@ -730,6 +733,9 @@ async fn send_once(soak: &Soak, kind: Kind) -> Result<Seen, (Seen, String)> {
             let Ok(event) = serde_json::from_str::<Value>(data) else {
                 continue;
             };
+            if event["type"] == "requestFailed" {
+                seen.stream_failed = true;
+            }
             if event["type"] == "requestCompleted" {
                 let data = &event["data"];
                 seen.credits = data["totalCreditsUsed"].as_i64().unwrap_or(0);
