@@ -733,9 +733,9 @@ async fn another_instance_can_cancel_a_run() {
     cancel_mid_tree(&s, Some(&other.address)).await;
 }
 
-/// A root whose sub-agent sleeps in a tool; the root is cancelled (through `cancel_via`, else
-/// the instance running it) while the tool runs.
-async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
+/// Streams a root whose sub-agent (`worker`) sleeps 3 s in a tool; the root's last model call
+/// answers `last`. Returns the response, not read yet, and the root's run id.
+async fn stream_sleeping_tree(s: &Setup, last: &str) -> (reqwest::Response, String) {
     let root = s.empty_flow("Manager").await;
     let child = s.empty_flow("Sleeper").await;
     let worker = s.agent_tool("worker", &child.0, None).await;
@@ -756,7 +756,7 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
     s.mock
         .push(calls(&[("w", "worker", json!({"input": "sleep"}))]));
     s.mock.push(calls(&[("n", "nap", json!({}))]));
-    s.mock.push(Reply::text("never asked"));
+    s.mock.push(Reply::text(last));
     let response = s
         .app
         .client
@@ -770,6 +770,13 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
         .to_str()
         .unwrap()
         .to_string();
+    (response, run_id)
+}
+
+/// A root whose sub-agent sleeps in a tool; the root is cancelled (through `cancel_via`, else
+/// the instance running it) while the tool runs.
+async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
+    let (response, run_id) = stream_sleeping_tree(s, "never asked").await;
     // Cancel the root while the child's tool sleeps (its call has reached the host), once the
     // run's pending row is written (the cancel looks the run up; rows are written in batches,
     // which take longer on a loaded machine).
@@ -886,40 +893,7 @@ async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {
 #[tokio::test]
 async fn a_sub_agent_cancelled_alone_fails_its_call_and_its_parent_goes_on() {
     let s = setup().await;
-    let root = s.empty_flow("Manager").await;
-    let child = s.empty_flow("Sleeper").await;
-    let worker = s.agent_tool("worker", &child.0, None).await;
-    let nap = s
-        .tool(json!({"name": "nap", "toolType": "External",
-                     "webUrl": format!("{}/sleep?ms=3000", s.host.origin())}))
-        .await;
-    s.finish_flow(
-        &root,
-        json!({"template": "t", "toolIds": [worker], "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
-    s.finish_flow(
-        &child,
-        json!({"template": "w [[input]]", "toolIds": [nap], "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
-    s.mock
-        .push(calls(&[("w", "worker", json!({"input": "sleep"}))]));
-    s.mock.push(calls(&[("n", "nap", json!({}))]));
-    s.mock.push(Reply::text("went on without it"));
-    let response = s
-        .app
-        .client
-        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
-        .bearer_auth(&s.key)
-        .json(&json!({"stream": true}))
-        .send()
-        .await
-        .unwrap();
-    let run_id = response.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let (response, run_id) = stream_sleeping_tree(&s, "went on without it").await;
     // The child's pending row, once its tool call has reached the host.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let child_id = loop {
