@@ -214,6 +214,14 @@ async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
         end[0]["data"]["result"]["textResponse"],
         "Final: Rust 1.0 shipped in 2015."
     );
+    // The root's turns reach the stream as their text arrives; a sub-agent's answer is its
+    // result, so the deltas joined are the root's words alone.
+    let deltas: String = of("contentDelta")
+        .iter()
+        .inspect(|e| assert_eq!((&e["agentPath"], &e["depth"]), (&json!([]), &json!(0))))
+        .map(|e| e["data"]["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(deltas, "Final: Rust 1.0 shipped in 2015.");
 
     // The log holds the tree: root, child, grandchild, each with its direct cost.
     let root_id = events[0]["requestId"].as_str().unwrap().to_string();

@@ -645,6 +645,158 @@ async fn a_streamed_tool_run_reports_each_tool_call_with_its_endpoint() {
     wait_for_run(&s.app, request_id).await;
 }
 
+/// The envelopes of an events stream's text.
+fn stream_events(text: &str) -> Vec<Value> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+async fn stream_run(s: &Setup, flow: &str, body: Value) -> Vec<Value> {
+    let response = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{flow}/runs", s.app.address))
+        .bearer_auth(&s.key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    stream_events(&response.text().await.unwrap())
+}
+
+/// A streamed run with tools shows each model turn's text as it arrives (`contentDelta`),
+/// between the turn's `agentInferenceStarted` and `agentInferenceCompleted`, as a run without
+/// tools does; a client that does not want the deltas gets the turns answered synchronously.
+#[tokio::test]
+async fn a_streamed_tool_run_relays_each_turns_text_as_it_arrives() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({"name": "ping", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin())}))
+        .await;
+    let flow = s
+        .flow(
+            "Talker",
+            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    let first_turn = Reply::Answer {
+        text: "Let me check that first.".into(),
+        tool_calls: vec![ToolCallReply {
+            id: "c1".into(),
+            name: "ping".into(),
+            arguments: json!({}),
+        }],
+        tokens_in: 12,
+        tokens_out: 7,
+        model: None,
+        web_searches: 0,
+        citations: Vec::new(),
+    };
+    let answer = "The host answered, and everything looks fine from here.";
+    s.mock.push(first_turn.clone());
+    s.mock.push(Reply::text(answer).with_usage(30, 11));
+    let before = s.mock.received().len();
+    let events = stream_run(&s, &flow, json!({"stream": true})).await;
+    let received = s.mock.received();
+    assert_eq!(received.len(), before + 2);
+    for call in &received[before..] {
+        assert_eq!(call.body["stream"], true, "{}", call.body);
+    }
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    let deltas_between = |from: usize| -> String {
+        events[from..]
+            .iter()
+            .skip(1)
+            .take_while(|e| e["type"] != "agentInferenceCompleted")
+            .filter(|e| e["type"] == "contentDelta")
+            .map(|e| e["data"]["text"].as_str().unwrap())
+            .collect()
+    };
+    let turns: Vec<usize> = types
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| **t == "agentInferenceStarted")
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(turns.len(), 2, "{types:?}");
+    assert_eq!(deltas_between(turns[0]), "Let me check that first.");
+    assert_eq!(deltas_between(turns[1]), answer);
+    let final_deltas = events[turns[1]..]
+        .iter()
+        .filter(|e| e["type"] == "contentDelta")
+        .count();
+    assert!(final_deltas > 1, "the answer arrives in pieces: {types:?}");
+    let tool_done = types.iter().position(|t| *t == "toolCompleted").unwrap();
+    assert!(turns[0] < tool_done && tool_done < turns[1], "{types:?}");
+    // The turns' usage, read from the streams, is the run's.
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "requestCompleted")
+        .unwrap();
+    assert_eq!(completed["data"]["result"]["textResponse"], answer);
+    assert_eq!(completed["data"]["totalTokensIn"], 42);
+    assert_eq!(completed["data"]["totalTokensOut"], 18);
+    let request_id = events[0]["requestId"].as_str().unwrap();
+    let run = wait_for_run(&s.app, request_id).await;
+    assert_eq!(run.usage.tokens_in, 42);
+    assert_eq!(run.usage.tokens_out, 18);
+    assert_eq!(completed["data"]["totalCreditsUsed"], run.cost_credits);
+
+    // A filter without `contentDelta`: the turns are synchronous calls.
+    s.mock.push(first_turn);
+    s.mock.push(Reply::text(answer));
+    let before = s.mock.received().len();
+    let events = stream_run(
+        &s,
+        &flow,
+        json!({"stream": true, "stream_options": {"event_types": ["request*", "tool*"]}}),
+    )
+    .await;
+    assert!(events.iter().all(|e| e["type"] != "contentDelta"));
+    assert_eq!(
+        events.last().unwrap()["data"]["result"]["textResponse"],
+        answer
+    );
+    for call in &s.mock.received()[before..] {
+        assert_ne!(call.body["stream"], true, "{}", call.body);
+    }
+}
+
+/// A turn's stream that breaks after its first text fails the run, as a broken single call's
+/// stream does: the text already relayed stays relayed, and what it produced is billed.
+#[tokio::test]
+async fn a_tool_run_turn_whose_stream_breaks_fails_the_run_and_bills_what_it_produced() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({"name": "ping", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin())}))
+        .await;
+    let flow = s
+        .flow(
+            "Breaker",
+            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[("c1", "ping", json!({}))]));
+    s.mock
+        .push(Reply::BreakAfterFirstChunk(Box::new(Reply::text(
+            "the second turn starts to answer and is then cut off for good",
+        ))));
+    let events = stream_run(&s, &flow, json!({"stream": true})).await;
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert!(types.contains(&"contentDelta"), "{types:?}");
+    let error = events.iter().find(|e| e["type"] == "error").unwrap();
+    assert_eq!(error["data"]["code"], "PROVIDER_ERROR", "{error}");
+    let request_id = events[0]["requestId"].as_str().unwrap();
+    let run = wait_for_run(&s.app, request_id).await;
+    // The first turn's reported usage, and an estimate for the cut one's output.
+    assert!(run.usage.tokens_out > 5, "{:?}", run.usage);
+    assert!(run.cost_credits > 0);
+}
+
 #[tokio::test]
 async fn mcp_servers_are_registered_discovered_imported_and_called() {
     let mcp = MockMcpServer::start_with_required_header("Authorization", "Bearer mcp-secret").await;

@@ -5,21 +5,23 @@
 use std::time::Instant;
 
 use baton_domain::TenantId;
-use baton_domain::chat::{InferenceRequest, InferenceResponse, Usage};
+use baton_domain::chat::{
+    ContentPart, InferenceRequest, InferenceResponse, ResponseAccumulator, StreamDelta, Usage,
+};
 use baton_domain::run::Attempt;
 use baton_domain::settings::{TenantSettings, validate_timeout_ms};
-use baton_providers::DeltaStream;
 use baton_providers::routing::{
     AttemptTimeouts, Chain, ChainFailure, ChainModel, ModelSelection, Named, StreamStart, resolve,
 };
 use baton_providers::structured::OutputSchema;
+use baton_providers::{DeltaStream, ProviderError};
 use futures::StreamExt;
 use serde::Deserialize;
 
 use crate::cache::{CacheFill, CacheSlot, ResponseCache, replay};
 use crate::engine::Engine;
 use crate::error::{ExecutorError, ExecutorResult};
-use crate::runlog::{Pricing, RunLog};
+use crate::runlog::{Pricing, RunLog, estimated_output_tokens, estimated_tokens};
 
 /// A request's own per-attempt time limits, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -369,4 +371,90 @@ pub async fn open_stream(
             Err(failure.into())
         }
     }
+}
+
+/// A synchronous answer read from a stream, `on_text` told each piece of the answer's text as
+/// it arrives: a tool loop's model turns shown token by token on a live events stream
+/// (`contentDelta`). As with any stream, a fallback is tried only before the first event; a
+/// stream that breaks later fails the turn with what it had produced billed, estimated when
+/// the provider had not yet reported usage. The request's deadline bounds the whole read, as it
+/// bounds a synchronous call.
+pub async fn relayed_answer(
+    engine: &Engine,
+    tenant: &TenantId,
+    plan: &CallPlan,
+    request: &mut InferenceRequest,
+    log: &mut RunLog,
+    mut on_text: impl FnMut(&str) + Send,
+) -> Result<Answer<InferenceResponse>, Failure> {
+    let opened = open_stream(engine, tenant, plan, request, log).await?;
+    let fill = opened.cache_fill(engine, plan);
+    let Answer {
+        value: mut upstream,
+        model,
+        fallback_used,
+        cached,
+    } = opened;
+    let mut accumulator = ResponseAccumulator::new(model.model.clone());
+    let deadline = tokio::time::sleep_until(plan.deadline.into());
+    tokio::pin!(deadline);
+    loop {
+        let item = tokio::select! {
+            item = upstream.next() => item,
+            () = &mut deadline => Some(Err(ProviderError::Timeout {
+                provider: model.provider.clone(),
+                stage: "request deadline",
+            })),
+        };
+        match item {
+            Some(Ok(delta)) => {
+                if let StreamDelta::Text(text) = &delta {
+                    on_text(text);
+                }
+                accumulator.push(&delta);
+            }
+            Some(Err(error)) => {
+                let spent = usage_of_cut_stream(request, &accumulator.finish());
+                return Err(Failure {
+                    error: error.into(),
+                    model: Some(model),
+                    spent,
+                });
+            }
+            None => break,
+        }
+    }
+    let response = accumulator.finish();
+    if let Some(fill) = fill {
+        fill.fill(response.clone()).await;
+    }
+    Ok(Answer {
+        value: response,
+        model,
+        fallback_used,
+        cached,
+    })
+}
+
+/// What a stream cut short is billed: the usage the provider reported, else (most send it only
+/// at the end) an estimate from the text on both sides, as a single call's cut stream is.
+fn usage_of_cut_stream(request: &InferenceRequest, partial: &InferenceResponse) -> Usage {
+    let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
+    let mut usage = partial.usage;
+    if produced && usage.tokens_out == 0 {
+        usage.tokens_out = estimated_output_tokens(partial);
+        if usage.tokens_in == 0 {
+            let prompt: usize = request
+                .messages
+                .iter()
+                .flat_map(|m| &m.content)
+                .map(|part| match part {
+                    ContentPart::Text { text } => text.chars().count(),
+                    _ => 0,
+                })
+                .sum();
+            usage.tokens_in = estimated_tokens(prompt);
+        }
+    }
+    usage
 }

@@ -91,8 +91,20 @@ pub const USAGE_ESTIMATED: &str = "USAGE_ESTIMATED";
 /// what was streamed, not a count.
 const CHARS_PER_TOKEN: usize = 4;
 
-fn estimated_tokens(chars: usize) -> u64 {
+pub(crate) fn estimated_tokens(chars: usize) -> u64 {
     u64::try_from(chars.div_ceil(CHARS_PER_TOKEN)).unwrap_or(u64::MAX)
+}
+
+/// The tokens of what a stream cut short produced (its text and tool calls), estimated.
+pub(crate) fn estimated_output_tokens(partial: &InferenceResponse) -> u64 {
+    estimated_tokens(
+        partial.text.chars().count()
+            + partial
+                .tool_calls
+                .iter()
+                .map(|c| c.name.chars().count() + c.arguments.chars().count())
+                .sum::<usize>(),
+    )
 }
 
 /// Characters of the text in a logged request's messages (chat: `messages`; flow runs:
@@ -364,14 +376,7 @@ impl RunLog {
         // left, the upstream broke) would bill nothing for what it streamed. Estimate instead.
         let estimated = (produced && partial.usage.tokens_out == 0).then(|| {
             let mut usage = partial.usage;
-            usage.tokens_out = estimated_tokens(
-                partial.text.chars().count()
-                    + partial
-                        .tool_calls
-                        .iter()
-                        .map(|c| c.name.chars().count() + c.arguments.chars().count())
-                        .sum::<usize>(),
-            );
+            usage.tokens_out = estimated_output_tokens(partial);
             if usage.tokens_in == 0 {
                 let prompt = self
                     .record

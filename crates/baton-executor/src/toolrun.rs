@@ -25,7 +25,7 @@ use crate::dispatch::{Dispatcher, McpDirectory};
 use crate::engine::Engine;
 use crate::error::{ExecutorError, ExecutorResult};
 use crate::events::{EventFilter, EventLog, EventOptions};
-use crate::gateway::{CallPlan, answer};
+use crate::gateway::{CallPlan, answer, relayed_answer};
 use crate::runlog::{Pricing, RunLog};
 use crate::tool_loop::{LoopFailure, ModelTurns, ToolEvents};
 use crate::toolset::ToolSet;
@@ -210,6 +210,12 @@ impl SharedEvents {
             // A gone client must not stop the run: it is finished and logged anyway.
             let _ = live.send(envelope);
         }
+    }
+
+    /// Whether an event of `event_type` would reach a live stream now.
+    pub fn streams(&self, event_type: &str) -> bool {
+        let events = self.lock();
+        events.live.is_some() && events.filter.allows(event_type)
     }
 
     pub fn elapsed_ms(&self) -> u64 {
@@ -402,6 +408,15 @@ impl CancelLook {
 }
 
 impl GatewayTurns<'_> {
+    /// Whether model turns are streamed so their text reaches a live events stream as it
+    /// arrives (`contentDelta`): the top agent's turns only, when its client wants them. A sub-agent's
+    /// answer is its result (`agentCompleted`), so a client that joins the deltas gets the
+    /// root's words alone; and a turn with a response schema stays synchronous, so an answer
+    /// off the schema can still be retried before anyone saw it.
+    fn relays_text(&self) -> bool {
+        self.schema.is_none() && self.events.depth == 0 && self.events.streams("contentDelta")
+    }
+
     /// A cancel request stored for this run or an ancestor stops it here. The store is asked as
     /// [`CancelLook::due`] says: a request made on another instance is seen up to
     /// [`CANCEL_LOOK_INTERVAL`] later, one made here at once, and a fast loop does not read the
@@ -465,16 +480,31 @@ impl ModelTurns for GatewayTurns<'_> {
             "model call"
         );
         let started = Instant::now();
-        match answer(
-            self.engine,
-            self.tenant,
-            self.plan,
-            request,
-            self.schema,
-            self.log,
-        )
-        .await
-        {
+        let answered = if self.relays_text() {
+            let events = &self.events;
+            relayed_answer(
+                self.engine,
+                self.tenant,
+                self.plan,
+                request,
+                self.log,
+                |text| {
+                    events.emit("contentDelta", json!({"text": text}));
+                },
+            )
+            .await
+        } else {
+            answer(
+                self.engine,
+                self.tenant,
+                self.plan,
+                request,
+                self.schema,
+                self.log,
+            )
+            .await
+        };
+        match answered {
             Ok(answer) => {
                 let response = answer.value;
                 let served = if response.model.is_empty() {
@@ -781,6 +811,9 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
     )
     .await;
     let (cost, served) = (turns.cost, turns.served.take());
+    // Every model call's usage, a failed call's spend included (the loop's own count stops at
+    // the last answer), as `cost` prices it.
+    let usage = turns.usage;
     let failed_model = turns.failed_model.take();
     let fallback_used = log.record_mut().is_some_and(|r| r.fallback_used);
     match outcome {
@@ -840,10 +873,10 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
         }
         Err(LoopFailure {
             error,
-            usage,
             tool_calls,
             inferences,
             last_text,
+            ..
         }) if matches!(error, ExecutorError::Cancelled) => {
             let warning = RunWarning {
                 code: CANCELLED_WARNING.into(),
@@ -931,7 +964,6 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
         }
         Err(LoopFailure {
             error,
-            usage,
             tool_calls,
             inferences,
             ..
