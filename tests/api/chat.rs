@@ -1101,6 +1101,96 @@ fn envelopes(text: &str) -> Vec<Value> {
         .collect()
 }
 
+/// The events format starts before the provider answers: a model that takes its time before
+/// its first token (a reasoning model thinking) leaves the client with `requestStarted`, then
+/// heartbeats, not a silent connection; one that fails before its first token ends the stream
+/// with `error` and `requestFailed`, and a wait past the stream's maximum duration too, each
+/// logged with its own cause.
+#[tokio::test]
+async fn the_events_format_starts_before_the_provider_answers() {
+    let (app, mock) = app_with_mock_and(|config| config.limits.max_stream_duration_secs = 1).await;
+    let key = app.default_tenant.api_key.clone();
+    let events_chat = || {
+        chat(
+            "openai/gpt-4o-mini",
+            json!({"stream": true, "stream_options": {"heartbeat_interval_ms": 100}}),
+        )
+    };
+    mock.push(Reply::Delayed(
+        std::time::Duration::from_millis(600),
+        Box::new(Reply::text("Thought it over.")),
+    ));
+    let slow = app
+        .post("/api/v1/chat/completions", &key, events_chat())
+        .await;
+    assert_eq!(slow.status, 200, "{}", slow.text);
+    let events = envelopes(&slow.text);
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        &types[..3],
+        ["requestStarted", "agentInferenceStarted", "heartbeat"],
+        "{types:?}"
+    );
+    let first_text = types.iter().position(|t| *t == "contentDelta").unwrap();
+    assert!(
+        types[2..first_text].iter().all(|t| *t == "heartbeat"),
+        "{types:?}"
+    );
+    assert_eq!(types.last(), Some(&"requestCompleted"));
+
+    // A provider error before the first token: the stream tells it, the log keeps it.
+    mock.push(Reply::status(400, "this request is not for me"));
+    let failed = app
+        .post("/api/v1/chat/completions", &key, events_chat())
+        .await;
+    assert_eq!(failed.status, 200);
+    let events = envelopes(&failed.text);
+    let types: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "requestStarted",
+            "agentInferenceStarted",
+            "error",
+            "requestFailed"
+        ]
+    );
+    assert_eq!(events[2]["data"]["code"], "PROVIDER_REJECTED");
+    let id = failed.headers["x-request-id"].to_str().unwrap().to_string();
+    let run = wait_for_run(&app, &id).await;
+    assert_eq!(run.error_code.as_deref(), Some("PROVIDER_REJECTED"));
+    assert_eq!(run.attempts.len(), 1, "the chain's attempt is logged");
+    let (_, stored) = run_and_events(&app, &key, &id).await;
+    let stored: Vec<&str> = stored.iter().map(|e| e["type"].as_str().unwrap()).collect();
+    assert_eq!(stored, types);
+
+    // Waiting past the stream's maximum duration ends it, logged as that.
+    mock.push(Reply::Delayed(
+        std::time::Duration::from_secs(3),
+        Box::new(Reply::text("too late")),
+    ));
+    let expired = app
+        .post("/api/v1/chat/completions", &key, events_chat())
+        .await;
+    let events = envelopes(&expired.text);
+    let last_two: Vec<&str> = events[events.len() - 2..]
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(last_two, ["error", "requestFailed"]);
+    assert_eq!(
+        events[events.len() - 2]["data"]["code"],
+        "STREAM_DURATION_EXCEEDED"
+    );
+    let id = expired.headers["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let run = wait_for_run(&app, &id).await;
+    assert_eq!(run.error_code.as_deref(), Some("STREAM_DURATION_EXCEEDED"));
+    assert_eq!(run.cost_credits, 0);
+}
+
 #[tokio::test]
 async fn the_events_format_streams_the_lifecycle_and_stores_it() {
     let (app, mock) = app_with_mock().await;

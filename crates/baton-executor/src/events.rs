@@ -591,37 +591,7 @@ pub fn data_value<D: Serialize>(data: &D) -> Value {
     serde_json::to_value(data).unwrap_or(Value::Null)
 }
 
-/// `error` then `requestFailed`, for the log: the end of a request that produced nothing.
 /// The start of a synchronous one-call request's stored lifecycle.
-/// The lifecycle of a one-call stream whose model call failed before its first byte, as the
-/// envelopes the stream sends (stored too): `requestStarted`, `agentInferenceStarted`,
-/// `error`, `requestFailed` (DESIGN.md: stream errors are `error` events). The ones `filter`
-/// leaves out are stored all the same.
-pub fn emit_failed_call(
-    events: &mut EventLog,
-    call: &CallInfo,
-    error: &ExecutorError,
-    filter: &EventFilter,
-) -> Vec<Value> {
-    let (code, message) = (error.code(), error.to_string());
-    let envelopes = [
-        events.emit("requestStarted", data_value(&call.request_started())),
-        events.emit(
-            "agentInferenceStarted",
-            data_value(&call.inference_started()),
-        ),
-        events.emit(
-            "error",
-            json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
-        ),
-        events.emit("requestFailed", json!({"code": code, "message": message})),
-    ];
-    envelopes
-        .into_iter()
-        .filter(|e| filter.allows(e["type"].as_str().unwrap_or_default()))
-        .collect()
-}
-
 pub fn record_call_started(events: &mut EventLog, call: &CallInfo) {
     events.record("requestStarted", call.request_started());
     events.record("agentInferenceStarted", call.inference_started());
@@ -650,6 +620,7 @@ pub fn record_call_outcome(
     }
 }
 
+/// `error` then `requestFailed`, for the log: the end of a request that produced nothing.
 pub fn emit_failure(events: &mut EventLog, code: &str, message: &str) {
     events.record(
         "error",

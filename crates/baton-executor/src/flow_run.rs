@@ -27,14 +27,10 @@ use tracing::Instrument;
 
 use crate::engine::{CompiledVersion, Engine};
 use crate::error::{ExecutorError, ExecutorResult};
-use crate::events::{
-    CallInfo, EventLog, EventOptions, emit_failed_call, record_call_outcome, record_call_started,
-};
-use crate::gateway::{
-    RequestTimeouts, answer, check_model, check_rate_limit, open_stream, plan_chain,
-};
+use crate::events::{CallInfo, EventLog, EventOptions, record_call_outcome, record_call_started};
+use crate::gateway::{RequestTimeouts, answer, check_model, check_rate_limit, opening, plan_chain};
 use crate::runlog::{Pricing, RunLog};
-use crate::stream::{EventStream, StreamEnd, envelopes};
+use crate::stream::{EventStream, envelopes};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
 use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput};
 
@@ -540,25 +536,10 @@ impl Engine {
 
         if stream {
             let options = body.stream_options.unwrap_or_default();
-            let mut events = self.event_log(run_id.clone());
-            let answer = match open_stream(self, &tenant, &plan, &mut request, &mut log).await {
-                Ok(answer) => answer,
-                Err(failure) => {
-                    // The run had started: its failure is a stream of events, as a run with
-                    // tools sends (DESIGN.md: stream errors are `error` events), and stored.
-                    let sent =
-                        emit_failed_call(&mut events, &call, &failure.error, &options.filter);
-                    log.attach_events(events.take_stored());
-                    failure.log(log).await;
-                    return Ok(Started::Stream(Box::pin(futures::stream::iter(sent))));
-                }
-            };
-            call.served_by(&answer.model, answer.fallback_used, answer.cached);
-            let pricing = answer.pricing(pricing);
-            let fill = answer.cache_fill(self, &plan);
-            let end = StreamEnd { fill, schema };
+            let events = self.event_log(run_id.clone());
+            let opening = opening(self.clone(), tenant.clone(), plan, request);
             let limits = &self.config().limits;
-            let stream = EventStream::new(answer.value, events, options, log, pricing, call, end)
+            let stream = EventStream::new(opening, events, options, log, pricing, call, schema)
                 .with_deadline(
                     limits.max_stream_duration,
                     limits.stream_duration_exceeded(),

@@ -17,6 +17,7 @@ use baton_providers::structured::OutputSchema;
 use baton_providers::{DeltaStream, ProviderError};
 use futures::StreamExt;
 use serde::Deserialize;
+use tracing::Instrument;
 
 use crate::cache::{CacheFill, CacheSlot, ResponseCache, replay};
 use crate::engine::Engine;
@@ -240,24 +241,30 @@ impl From<ChainFailure> for Failure {
     }
 }
 
-/// Notes a served chain's attempts on the run (and in a debug run's kept log lines).
-fn record_served(log: &mut RunLog, model: &ChainModel, attempts: Vec<Attempt>, fallback: bool) {
+/// A served chain's attempts, for the run (and a debug run's kept log lines).
+fn served_routing(model: &ChainModel, attempts: Vec<Attempt>, fallback_used: bool) -> Routed {
     tracing::debug!(
         served = %model.model,
         attempts = attempts.len(),
-        fallback,
+        fallback = fallback_used,
         "model chain answered"
     );
-    log.record_routing(attempts, fallback);
+    Routed::Chain {
+        attempts,
+        fallback_used,
+    }
 }
 
-fn record_failed(log: &mut RunLog, failure: &mut ChainFailure) {
+fn failed_routing(failure: &mut ChainFailure) -> Routed {
     tracing::info!(
         attempts = failure.attempts.len(),
         error = %failure.error,
         "every model of the chain failed"
     );
-    log.record_routing(std::mem::take(&mut failure.attempts), false);
+    Routed::Chain {
+        attempts: std::mem::take(&mut failure.attempts),
+        fallback_used: false,
+    }
 }
 
 /// A synchronous answer: the cached one, else the chain's (then cached).
@@ -296,7 +303,7 @@ pub async fn answer(
         .await
     {
         Ok(served) => {
-            record_served(log, &served.model, served.attempts, served.fallback_used);
+            served_routing(&served.model, served.attempts, served.fallback_used).note(log);
             if let Some(slot) = &plan.cache {
                 engine
                     .inner
@@ -312,7 +319,7 @@ pub async fn answer(
             })
         }
         Err(mut failure) => {
-            record_failed(log, &mut failure);
+            failed_routing(&mut failure).note(log);
             Err(failure.into())
         }
     }
@@ -327,19 +334,96 @@ pub async fn open_stream(
     request: &mut InferenceRequest,
     log: &mut RunLog,
 ) -> Result<Answer<DeltaStream>, Failure> {
+    let (opened, routed) = open_stream_unlogged(engine, tenant, plan, request).await;
+    routed.note(log);
+    opened
+}
+
+/// How a stream's model was found, for the run's log.
+pub enum Routed {
+    /// Replayed from the response cache.
+    Cached,
+    /// The chain's attempts.
+    Chain {
+        attempts: Vec<Attempt>,
+        fallback_used: bool,
+    },
+    /// Failed before any model was tried (an image could not be fetched).
+    Nothing,
+}
+
+impl Routed {
+    pub fn note(self, log: &mut RunLog) {
+        match self {
+            Routed::Cached => log.mark_cached(),
+            Routed::Chain {
+                attempts,
+                fallback_used,
+            } => log.record_routing(attempts, fallback_used),
+            Routed::Nothing => {}
+        }
+    }
+}
+
+/// A stream whose opening is under way: what it came to, how, and where a complete answer is
+/// cached.
+pub type Opening = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = (
+                    Result<Answer<DeltaStream>, Failure>,
+                    Routed,
+                    Option<CacheFill>,
+                ),
+            > + Send,
+    >,
+>;
+
+/// [`open_stream`] on owned inputs and without the run's log, so that an events stream can
+/// start (`requestStarted`, heartbeats) while the provider has yet to send its first token: a
+/// reasoning model may think for a minute first.
+pub fn opening(
+    engine: Engine,
+    tenant: TenantId,
+    plan: CallPlan,
+    mut request: InferenceRequest,
+) -> Opening {
+    // In the request's span, as a handler's own call would be (a debug run keeps its lines).
+    Box::pin(
+        async move {
+            let (opened, routed) =
+                open_stream_unlogged(&engine, &tenant, &plan, &mut request).await;
+            let fill = opened
+                .as_ref()
+                .ok()
+                .and_then(|answer| answer.cache_fill(&engine, &plan));
+            (opened, routed, fill)
+        }
+        .in_current_span(),
+    )
+}
+
+async fn open_stream_unlogged(
+    engine: &Engine,
+    tenant: &TenantId,
+    plan: &CallPlan,
+    request: &mut InferenceRequest,
+) -> (Result<Answer<DeltaStream>, Failure>, Routed) {
     if let Some(slot) = &plan.cache
         && let Some(hit) = engine.inner.responses.get(slot).await
     {
         tracing::debug!("answered from the response cache");
-        log.mark_cached();
-        return Ok(Answer {
+        let answer = Answer {
             value: replay(&hit.response),
             model: hit.model.clone(),
             fallback_used: false,
             cached: true,
-        });
+        };
+        return (Ok(answer), Routed::Cached);
     }
-    inline_images_if_needed(engine, plan, request).await?;
+    if let Err(failure) = inline_images_if_needed(engine, plan, request).await {
+        return (Err(failure), Routed::Nothing);
+    }
     match engine
         .inner
         .router
@@ -353,22 +437,23 @@ pub async fn open_stream(
         .await
     {
         Ok(served) => {
-            record_served(log, &served.model, served.attempts, served.fallback_used);
+            let routed = served_routing(&served.model, served.attempts, served.fallback_used);
             let StreamStart { first, rest } = served.value;
             let upstream: DeltaStream = match first {
                 Some(first) => Box::pin(futures::stream::once(async { Ok(first) }).chain(rest)),
                 None => rest,
             };
-            Ok(Answer {
+            let answer = Answer {
                 value: upstream,
                 model: served.model,
                 fallback_used: served.fallback_used,
                 cached: false,
-            })
+            };
+            (Ok(answer), routed)
         }
         Err(mut failure) => {
-            record_failed(log, &mut failure);
-            Err(failure.into())
+            let routed = failed_routing(&mut failure);
+            (Err(failure.into()), routed)
         }
     }
 }

@@ -1,8 +1,10 @@
 //! The events of a request made of one streamed model call (DESIGN.md "Streams"): SPEC.md
 //! envelopes (`requestStarted`, `agentInferenceStarted`, `contentDelta`,
 //! `agentInferenceCompleted`, `usageUpdate`, `heartbeat`, `requestCompleted`, `error`,
-//! `requestFailed`) as the deltas arrive. Dropping the stream (the client left) cancels the
-//! provider call; what it produced is still logged and billed.
+//! `requestFailed`) as the deltas arrive. The stream starts before the provider has answered
+//! (its model may think for a while first), with heartbeats while it waits; a provider that
+//! fails before its first token ends it with `error` and `requestFailed`. Dropping the stream
+//! (the client left) cancels the provider call; what it produced is still logged and billed.
 
 use std::time::Instant;
 
@@ -17,6 +19,7 @@ use tokio::time::{Interval, interval_at};
 use crate::cache::CacheFill;
 use crate::error::ExecutorError;
 use crate::events::{CallInfo, EventLog, EventOptions, data_value, request_completed};
+use crate::gateway::{Answer, Failure, Opening, Routed};
 use crate::runlog::{Pricing, RunLog};
 
 /// A streamed answer is checked against the requested schema once complete. The text is already
@@ -36,17 +39,16 @@ pub fn structured_output_problem(
 
 enum Phase {
     Start,
+    /// Waiting for the provider's first event.
+    Opening,
     Relay,
     Done,
 }
 
-/// What a stream does when it ends well: check the schema, fill the cache.
-pub struct StreamEnd {
-    pub fill: Option<CacheFill>,
-    pub schema: Option<OutputSchema>,
-}
-
 pub struct EventStream {
+    /// The provider call until its stream has started.
+    opening: Option<Opening>,
+    /// The provider's deltas once it has (an empty stream until then).
     upstream: DeltaStream,
     events: EventLog,
     options: EventOptions,
@@ -67,14 +69,15 @@ pub struct EventStream {
 }
 
 impl EventStream {
+    /// `schema`: the requested response schema, checked once the answer is complete.
     pub fn new(
-        upstream: DeltaStream,
+        opening: Opening,
         events: EventLog,
         options: EventOptions,
         log: RunLog,
         pricing: Pricing,
         call: CallInfo,
-        end: StreamEnd,
+        schema: Option<OutputSchema>,
     ) -> Self {
         let now = tokio::time::Instant::now();
         Self {
@@ -83,7 +86,8 @@ impl EventStream {
                 now + options.heartbeat_interval,
                 options.heartbeat_interval,
             ),
-            upstream,
+            opening: Some(opening),
+            upstream: Box::pin(futures::stream::empty()),
             events,
             options,
             accumulator: ResponseAccumulator::new(call.model.clone()),
@@ -92,8 +96,8 @@ impl EventStream {
             inference_started: Instant::now(),
             call,
             phase: Phase::Start,
-            fill: end.fill,
-            schema: end.schema,
+            fill: None,
+            schema,
             deadline: None,
         }
     }
@@ -142,6 +146,52 @@ impl EventStream {
             log.flush().await;
         }
         batch
+    }
+
+    /// The provider call's outcome: its stream relayed from now on, or the request failed.
+    async fn opened(
+        &mut self,
+        (opened, routed, fill): (
+            Result<Answer<DeltaStream>, Failure>,
+            Routed,
+            Option<CacheFill>,
+        ),
+    ) -> Vec<Option<Value>> {
+        self.opening = None;
+        if let Some(log) = self.log.as_mut() {
+            routed.note(log);
+        }
+        match opened {
+            Ok(answer) => {
+                self.call
+                    .served_by(&answer.model, answer.fallback_used, answer.cached);
+                if answer.cached {
+                    self.pricing = self.pricing.for_cached();
+                }
+                self.accumulator = ResponseAccumulator::new(self.call.model.clone());
+                self.fill = fill;
+                self.upstream = answer.value;
+                self.phase = Phase::Relay;
+                Vec::new()
+            }
+            Err(failure) => {
+                self.phase = Phase::Done;
+                let (code, message) = (failure.error.code(), failure.error.to_string());
+                let batch = vec![
+                    self.emit(
+                        "error",
+                        json!({"code": code, "message": message,
+                               "agentRole": Value::Null, "recoverable": false}),
+                    ),
+                    self.emit("requestFailed", json!({"code": code, "message": message})),
+                ];
+                if let Some(mut log) = self.log.take() {
+                    log.attach_events(self.events.take_stored());
+                    failure.log(log).await;
+                }
+                batch
+            }
+        }
     }
 
     fn cost(&self, usage: &Usage) -> Credits {
@@ -254,13 +304,32 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
         let mut batch: Vec<Option<Value>> = Vec::new();
         match s.phase {
             Phase::Start => {
-                s.phase = Phase::Relay;
                 let (started, inference) = (
                     data_value(&s.call.request_started()),
                     data_value(&s.call.inference_started()),
                 );
                 batch.push(s.emit("requestStarted", started));
                 batch.push(s.emit("agentInferenceStarted", inference));
+                s.phase = Phase::Opening;
+            }
+            Phase::Opening => {
+                let opening = async {
+                    match s.opening.as_mut() {
+                        Some(opening) => opening.await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    opened = opening => batch.extend(s.opened(opened).await),
+                    _ = s.heartbeat_tick.tick() => {
+                        let data = json!({"elapsedMs": s.events.elapsed_ms(), "eventCount": s.events.count()});
+                        batch.push(s.emit("heartbeat", data));
+                    }
+                    error = past(s.deadline.as_mut()) => {
+                        s.opening = None;
+                        batch.extend(s.fail(&error).await);
+                    }
+                }
             }
             Phase::Relay => {
                 tokio::select! {

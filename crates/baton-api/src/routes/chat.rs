@@ -24,12 +24,10 @@ use crate::compat::request::{ChatCompletionRequest, parse};
 use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
-use crate::events::{
-    CallInfo, EventLog, emit_failed_call, emit_failure, record_call_outcome, record_call_started,
-};
+use crate::events::{CallInfo, EventLog, emit_failure, record_call_outcome, record_call_started};
 use crate::extract::Json;
-use crate::gateway::{answer, open_stream, plan_call};
-use crate::routes::chat_events::{self, EventOptions, EventStream, StreamEnd, event_stream};
+use crate::gateway::{answer, open_stream, opening, plan_call};
+use crate::routes::chat_events::{self, EventOptions, EventStream, event_stream};
 use crate::runlog::{CLIENT_DISCONNECTED, Pricing, RunLog};
 use crate::sse::{self, SseWriter};
 use crate::state::AppState;
@@ -142,7 +140,7 @@ async fn serve_chat(
     let customer = customer_of(&headers, parsed.customer.as_deref(), parsed.customer_param)?;
     let settings = state.tenant_settings(&principal.tenant).await?;
     // Taken before anything runs: a refused stream calls and records nothing.
-    let mut slot = parsed
+    let slot = parsed
         .stream
         .then(|| state.streams.acquire(&principal.tenant))
         .transpose()?;
@@ -250,6 +248,28 @@ async fn serve_chat(
         return Ok(reply);
     }
 
+    let limits = state.config.limits;
+    let Some(slot) = slot else {
+        return Err(ApiError::Internal("a stream without a stream slot".into()));
+    };
+    // The events format starts at once and tells the provider call's outcome, failure included,
+    // as events (DESIGN.md: stream errors are `error` events); a fallback is told by
+    // `agentInferenceCompleted.wasFallback`, since the headers are gone by then.
+    if let Some(options) = event_options {
+        let opening = opening(
+            state.engine.clone(),
+            principal.tenant.clone(),
+            plan,
+            inference,
+        );
+        let stream = EventStream::new(opening, events, options, log, pricing, call, schema)
+            .with_deadline(
+                limits.max_stream_duration,
+                limits.stream_duration_exceeded(),
+            );
+        return Ok(sse::response(holding(slot, event_stream(stream))));
+    }
+
     // Errors before the first byte are ordinary error responses; later ones are error chunks.
     let answer = match open_stream(
         &state.engine,
@@ -262,17 +282,6 @@ async fn serve_chat(
     {
         Ok(answer) => answer,
         Err(failure) => {
-            // In the events format the request has started: its failure is a stream of events
-            // (DESIGN.md: stream errors are `error` events), stored too.
-            if let Some(options) = &event_options
-                && let Some(slot) = slot.take()
-            {
-                let sent = emit_failed_call(&mut events, &call, &failure.error, &options.filter);
-                log.attach_events(events.take_stored());
-                failure.log(log).await;
-                let envelopes = chat_events::sse_envelopes(futures::stream::iter(sent));
-                return Ok(sse::response(holding(slot, envelopes)));
-            }
             record_call_outcome(&mut events, &call, Err(&failure.error));
             log.attach_events(events.take_stored());
             return Err(failure.log(log).await.into());
@@ -282,45 +291,31 @@ async fn serve_chat(
     let pricing = answer.pricing(pricing);
     let fill = answer.cache_fill(&state.engine, &plan);
     let upstream = answer.value;
-    let limits = state.config.limits;
-    let Some(slot) = slot else {
-        return Err(ApiError::Internal("a stream without a stream slot".into()));
+    let writer = ChunkWriter::new(
+        request_id.0.clone(),
+        created,
+        format!("{}/{}", call.provider_key, call.model),
+    );
+    let state = ChunkStream {
+        upstream,
+        events,
+        pricing,
+        writer,
+        accumulator: ResponseAccumulator::new(call.model.clone()),
+        include_usage: inference.stream_usage,
+        request_id: request_id.0,
+        sse: SseWriter::new(),
+        phase: Phase::Start,
+        log: Some(log),
+        fill,
+        schema,
+        call,
+        deadline: Deadline::after(
+            limits.max_stream_duration,
+            limits.stream_duration_exceeded(),
+        ),
     };
-    let mut reply = if let Some(options) = event_options {
-        let end = StreamEnd { fill, schema };
-        let stream = EventStream::new(upstream, events, options, log, pricing, call, end)
-            .with_deadline(
-                limits.max_stream_duration,
-                limits.stream_duration_exceeded(),
-            );
-        sse::response(holding(slot, event_stream(stream)))
-    } else {
-        let writer = ChunkWriter::new(
-            request_id.0.clone(),
-            created,
-            format!("{}/{}", call.provider_key, call.model),
-        );
-        let state = ChunkStream {
-            upstream,
-            events,
-            pricing,
-            writer,
-            accumulator: ResponseAccumulator::new(call.model.clone()),
-            include_usage: inference.stream_usage,
-            request_id: request_id.0,
-            sse: SseWriter::new(),
-            phase: Phase::Start,
-            log: Some(log),
-            fill,
-            schema,
-            call,
-            deadline: Deadline::after(
-                limits.max_stream_duration,
-                limits.stream_duration_exceeded(),
-            ),
-        };
-        sse::response(holding(slot, chunk_events(state)))
-    };
+    let mut reply = sse::response(holding(slot, chunk_events(state)));
     mark_fallback(&mut reply, answer.fallback_used);
     Ok(reply)
 }

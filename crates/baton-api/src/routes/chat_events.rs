@@ -9,7 +9,7 @@ use serde_json::Value;
 use crate::sse::SseWriter;
 
 pub use baton_executor::events::{EventOptions, wants_events};
-pub use baton_executor::stream::{EventStream, StreamEnd};
+pub use baton_executor::stream::EventStream;
 
 /// The SSE frames of one streamed call in the events format, ending with `[DONE]`.
 pub fn event_stream(stream: EventStream) -> impl Stream<Item = Bytes> + Send {
