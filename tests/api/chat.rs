@@ -840,11 +840,21 @@ async fn streams_are_logged_and_a_client_that_leaves_still_gets_its_partial_usag
 
 /// Streams a long answer from `model` and hangs up after its first bytes; the logged run.
 async fn stream_and_leave(app: &TestApp, key: &str, model: &str) -> baton_domain::run::RunRecord {
+    stream_and_leave_with(app, key, model, json!({"stream": true})).await
+}
+
+/// [`stream_and_leave`] with more of the body (`extra`: the stream's format and options).
+async fn stream_and_leave_with(
+    app: &TestApp,
+    key: &str,
+    model: &str,
+    extra: Value,
+) -> baton_domain::run::RunRecord {
     let mut response = app
         .client
         .post(app.url("/api/v1/chat/completions"))
         .bearer_auth(key)
-        .json(&chat(model, json!({"stream": true})))
+        .json(&chat(model, extra))
         .send()
         .await
         .unwrap();
@@ -853,7 +863,7 @@ async fn stream_and_leave(app: &TestApp, key: &str, model: &str) -> baton_domain
         .unwrap()
         .to_string();
     let mut received = String::new();
-    while !received.contains("\"content\":\"a l") {
+    while !received.contains("\"content\":\"a l") && !received.contains("\"text\":\"a l") {
         received.push_str(&String::from_utf8_lossy(
             &response.chunk().await.unwrap().unwrap(),
         ));
@@ -895,6 +905,38 @@ async fn a_stream_left_before_its_usage_is_billed_an_estimate() {
         events[types.len() - 3]["data"]["code"],
         "CLIENT_DISCONNECTED"
     );
+    assert_eq!(
+        events.last().unwrap()["data"]["totalCreditsUsed"],
+        run.cost_credits
+    );
+
+    // The events format stores the same ending when its client leaves.
+    mock.push(
+        Reply::text("a long answer that the client will not wait for, ".repeat(20))
+            .with_usage(50, 200),
+    );
+    let run = stream_and_leave_with(
+        &app,
+        &key,
+        "openai/gpt-4o-mini",
+        json!({"stream": true, "stream_options": {"format": "events"}}),
+    )
+    .await;
+    assert_eq!(run.error_code.as_deref(), Some("CLIENT_DISCONNECTED"));
+    assert!(run.warnings.iter().any(|w| w.code == "USAGE_ESTIMATED"));
+    let (_, events) = run_and_events(&app, &key, &run.id).await;
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "requestStarted",
+            "agentInferenceStarted",
+            "error",
+            "agentInferenceCompleted",
+            "requestCompleted"
+        ]
+    );
+    assert_eq!(events[2]["data"]["code"], "CLIENT_DISCONNECTED");
     assert_eq!(
         events.last().unwrap()["data"]["totalCreditsUsed"],
         run.cost_credits
@@ -1113,7 +1155,7 @@ async fn the_events_format_starts_before_the_provider_answers() {
     let events_chat = || {
         chat(
             "openai/gpt-4o-mini",
-            json!({"stream": true, "stream_options": {"heartbeat_interval_ms": 100}}),
+            json!({"stream": true, "stream_options": {"heartbeat_interval_ms": 100, "include_usage": false}}),
         )
     };
     mock.push(Reply::Delayed(
@@ -1137,6 +1179,59 @@ async fn the_events_format_starts_before_the_provider_answers() {
         "{types:?}"
     );
     assert_eq!(types.last(), Some(&"requestCompleted"));
+    assert!(!types.contains(&"usageUpdate"), "include_usage: false");
+
+    // Usage is periodic during the wait too, each tick once (not a burst of copies after it).
+    mock.push(Reply::Delayed(
+        std::time::Duration::from_millis(600),
+        Box::new(Reply::text("Thought it over.")),
+    ));
+    let ticking = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat(
+                "openai/gpt-4o-mini",
+                json!({"stream": true, "stream_options": {"usage_interval_ms": 100}}),
+            ),
+        )
+        .await;
+    let events = envelopes(&ticking.text);
+    let first_text = events
+        .iter()
+        .position(|e| e["type"] == "contentDelta")
+        .unwrap();
+    let waiting: Vec<u64> = events[..first_text]
+        .iter()
+        .filter(|e| e["type"] == "usageUpdate")
+        .map(|e| e["data"]["elapsedMs"].as_u64().unwrap())
+        .collect();
+    assert!(!waiting.is_empty());
+    assert!(waiting.windows(2).all(|w| w[0] < w[1]), "{waiting:?}");
+    let after: Vec<u64> = events[first_text..]
+        .iter()
+        .filter(|e| e["type"] == "usageUpdate")
+        .map(|e| e["data"]["elapsedMs"].as_u64().unwrap())
+        .collect();
+    assert!(after.len() <= 2, "no burst of missed ticks: {after:?}");
+    // `include_usage` is a boolean, in either format.
+    for options in [
+        json!({"include_usage": "false"}),
+        json!({"format": "events", "include_usage": 0}),
+    ] {
+        let refused = app
+            .post(
+                "/api/v1/chat/completions",
+                &key,
+                chat(
+                    "openai/gpt-4o-mini",
+                    json!({"stream": true, "stream_options": options}),
+                ),
+            )
+            .await;
+        let error = refused.error(400, "VALIDATION_ERROR");
+        assert_eq!(error["param"], "stream_options.include_usage", "{options}");
+    }
 
     // A provider error before the first token: the stream tells it, the log keeps it.
     mock.push(Reply::status(400, "this request is not for me"));

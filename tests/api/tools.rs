@@ -795,6 +795,11 @@ async fn a_tool_run_turn_whose_stream_breaks_fails_the_run_and_bills_what_it_pro
     // The first turn's reported usage, and an estimate for the cut one's output.
     assert!(run.usage.tokens_out > 5, "{:?}", run.usage);
     assert!(run.cost_credits > 0);
+    assert!(
+        run.warnings.iter().any(|w| w.code == "USAGE_ESTIMATED"),
+        "{:?}",
+        run.warnings
+    );
 }
 
 #[tokio::test]
@@ -1195,4 +1200,34 @@ async fn a_streamed_tool_run_sends_heartbeats_and_honours_its_stream_options() {
         .await;
     let error = refused.error(400, "VALIDATION_ERROR");
     assert_eq!(error["param"], "stream_options.event_types[0]");
+
+    // The body is camelCase, so are its options' names; an unknown one (a misspelt filter would
+    // stream everything), a non-boolean `include_usage` or another format is refused.
+    let events = stream(json!({"includeUsage": false, "eventTypes": ["request*"]})).await;
+    let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(types, ["requestStarted", "requestCompleted"]);
+    let calls_before = s.mock.received().len();
+    for (options, param) in [
+        (json!({"eventType": ["tool*"]}), "stream_options.eventType"),
+        (
+            json!({"include_usage": "false"}),
+            "stream_options.include_usage",
+        ),
+        (json!({"format": "chunks"}), "stream_options.format"),
+        (
+            json!({"eventTypes": ["tool*"], "event_types": ["tool*"]}),
+            "stream_options.event_types",
+        ),
+    ] {
+        let refused = s
+            .call(
+                Method::POST,
+                &format!("/api/v1/flows/{flow}/runs"),
+                Some(json!({"stream": true, "streamOptions": options})),
+            )
+            .await;
+        let error = refused.error(400, "VALIDATION_ERROR");
+        assert_eq!(error["param"], param, "{options}");
+    }
+    assert_eq!(s.mock.received().len(), calls_before, "nothing ran");
 }

@@ -162,11 +162,13 @@ fn strip_position(message: &str) -> String {
 /// A body of the wrong type altogether (`5`, `true`) names no field.
 fn param_of(path: &str, message: &str) -> Option<String> {
     let root = path == "." || path.is_empty();
-    let missing = message
-        .strip_prefix("missing field `")
+    // serde names a missing or repeated field in its message, the path stopping at its parent.
+    let named = ["missing field `", "duplicate field `"]
+        .iter()
+        .find_map(|prefix| message.strip_prefix(prefix))
         .and_then(|rest| rest.split_once('`'))
         .map(|(field, _)| field);
-    match missing {
+    match named {
         Some(field) if root => Some(field.to_string()),
         Some(field) => Some(format!("{path}.{field}")),
         None if root => None,
@@ -290,6 +292,14 @@ mod tests {
         assert_eq!(
             param_and_code(r#"{"externalId": "x", "zzz": 1}"#),
             (Some("zzz".into()), "VALIDATION_ERROR")
+        );
+        assert_eq!(
+            param_and_code(r#"{"externalId": "x", "externalId": "y"}"#),
+            (Some("externalId".into()), "VALIDATION_ERROR")
+        );
+        assert_eq!(
+            param_and_code(r#"{"externalId": "x", "items": [{"n": 1, "n": 2}]}"#),
+            (Some("items[0].n".into()), "VALIDATION_ERROR")
         );
         assert_eq!(
             param_and_code(r#"{"externalId": "x", "items": [{"n": 1}, {"n": "two"}]}"#),

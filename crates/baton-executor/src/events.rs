@@ -160,6 +160,57 @@ pub struct EventOptions {
 }
 
 impl EventOptions {
+    /// A flow run's `streamOptions`: the events format's options, in snake_case or camelCase;
+    /// an unknown key is refused (a misspelt filter would silently stream everything), and so
+    /// is a `format` other than `events`, the only one a flow run streams.
+    pub fn parse_for_run(options: &Map<String, Value>) -> Result<EventOptions, ExecutorError> {
+        const KNOWN: &[(&str, &str)] = &[
+            ("include_usage", "includeUsage"),
+            ("usage_interval_ms", "usageIntervalMs"),
+            ("heartbeat_interval_ms", "heartbeatIntervalMs"),
+            ("include_tool_results", "includeToolResults"),
+            ("include_agent_results", "includeAgentResults"),
+            ("event_types", "eventTypes"),
+            ("format", "format"),
+        ];
+        let mut named = Map::new();
+        for (key, value) in options {
+            let Some((snake, _)) = KNOWN
+                .iter()
+                .find(|(snake, camel)| key == snake || key == camel)
+            else {
+                return Err(ExecutorError::validation(
+                    format!("stream_options.{key}"),
+                    format!(
+                        "unknown stream option '{key}'; expected one of: {}",
+                        KNOWN
+                            .iter()
+                            .map(|(snake, _)| *snake)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ));
+            };
+            if named.insert((*snake).to_string(), value.clone()).is_some() {
+                return Err(ExecutorError::validation(
+                    format!("stream_options.{snake}"),
+                    format!("{snake} is given twice (snake_case and camelCase)"),
+                ));
+            }
+        }
+        match named.get("format") {
+            None | Some(Value::Null) => {}
+            Some(Value::String(format)) if format.eq_ignore_ascii_case("events") => {}
+            Some(_) => {
+                return Err(ExecutorError::validation(
+                    "stream_options.format",
+                    "a flow run streams the events format: format must be 'events' or left out",
+                ));
+            }
+        }
+        EventOptions::parse(&named)
+    }
+
     pub fn parse(options: &Map<String, Value>) -> Result<EventOptions, ExecutorError> {
         let interval = |name: &str, default: u64| -> Result<Duration, ExecutorError> {
             match options.get(name) {
@@ -211,10 +262,10 @@ impl EventOptions {
             }
         };
         Ok(EventOptions {
-            include_usage: options
-                .get("include_usage")
-                .and_then(Value::as_bool)
-                .unwrap_or(true),
+            include_usage: match options.get("include_usage") {
+                None | Some(Value::Null) => true,
+                _ => flag("include_usage")?,
+            },
             usage_interval: interval("usage_interval_ms", DEFAULT_USAGE_INTERVAL_MS)?,
             heartbeat_interval: interval("heartbeat_interval_ms", DEFAULT_HEARTBEAT_INTERVAL_MS)?,
             filter: EventFilter::new(&types),
@@ -617,6 +668,30 @@ pub fn record_call_outcome(
             );
         }
         Err(err) => emit_failure(events, err.code(), &err.to_string()),
+    }
+}
+
+/// The end of a one-call request's stored lifecycle, whatever it came to: the completion events
+/// with `response` (its usage as billed, `credits`); after a failure (`(code, message)`),
+/// `error` first, and `requestFailed` instead of the completions when nothing was produced.
+pub fn record_call_end(
+    events: &mut EventLog,
+    call: &CallInfo,
+    response: &InferenceResponse,
+    credits: Credits,
+    failure: Option<(&str, &str)>,
+) {
+    let produced = !response.text.is_empty() || !response.tool_calls.is_empty();
+    match failure {
+        None => record_call_outcome(events, call, Ok((response, credits))),
+        Some((code, message)) if produced => {
+            events.record(
+                "error",
+                json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
+            );
+            record_call_outcome(events, call, Ok((response, credits)));
+        }
+        Some((code, message)) => emit_failure(events, code, message),
     }
 }
 

@@ -499,7 +499,11 @@ pub async fn relayed_answer(
                 accumulator.push(&delta);
             }
             Some(Err(error)) => {
-                let spent = usage_of_cut_stream(request, &accumulator.finish());
+                let partial = accumulator.finish();
+                let spent = usage_of_cut_stream(request, &partial);
+                if spent != partial.usage {
+                    log.note_estimated_usage();
+                }
                 return Err(Failure {
                     error: error.into(),
                     model: Some(model),

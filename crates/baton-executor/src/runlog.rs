@@ -404,18 +404,28 @@ impl RunLog {
         if let Some(record) = self.record.as_mut() {
             record.error_code = Some(code.to_string());
             record.error_message = Some(message.to_string());
-            if estimated.is_some() {
-                record.warnings.push(RunWarning {
-                    code: USAGE_ESTIMATED.into(),
-                    message: format!(
-                        "the stream ended before the provider reported usage; tokens are \
-                         estimated at {CHARS_PER_TOKEN} characters per token"
-                    ),
-                    parameter: None,
-                });
-            }
+        }
+        if estimated.is_some() {
+            self.note_estimated_usage();
         }
         billed
+    }
+
+    /// Warns that the run is billed on estimated tokens (`USAGE_ESTIMATED`): a stream was cut
+    /// before its provider reported usage.
+    pub fn note_estimated_usage(&mut self) {
+        if let Some(record) = self.record.as_mut()
+            && !record.warnings.iter().any(|w| w.code == USAGE_ESTIMATED)
+        {
+            record.warnings.push(RunWarning {
+                code: USAGE_ESTIMATED.into(),
+                message: format!(
+                    "the stream ended before the provider reported usage; tokens are \
+                     estimated at {CHARS_PER_TOKEN} characters per token"
+                ),
+                parameter: None,
+            });
+        }
     }
 
     /// Queues the run as `Pending` now, so it can be found (and cancelled) while it runs; the

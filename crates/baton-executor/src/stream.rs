@@ -14,12 +14,15 @@ use baton_providers::DeltaStream;
 use baton_providers::structured::OutputSchema;
 use futures::{Stream, StreamExt};
 use serde_json::{Value, json};
-use tokio::time::{Interval, interval_at};
+use tokio::time::{Interval, MissedTickBehavior, interval_at};
 
 use crate::cache::CacheFill;
 use crate::error::ExecutorError;
-use crate::events::{CallInfo, EventLog, EventOptions, data_value, request_completed};
+use crate::events::{
+    CallInfo, EventLog, EventOptions, data_value, record_call_end, request_completed,
+};
 use crate::gateway::{Answer, Failure, Opening, Routed};
+use crate::runlog::CLIENT_DISCONNECTED;
 use crate::runlog::{Pricing, RunLog};
 
 /// A streamed answer is checked against the requested schema once complete. The text is already
@@ -80,12 +83,15 @@ impl EventStream {
         schema: Option<OutputSchema>,
     ) -> Self {
         let now = tokio::time::Instant::now();
+        // A tick missed while a step was busy is not made up in a burst of copies.
+        let every = |period| {
+            let mut tick = interval_at(now + period, period);
+            tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            tick
+        };
         Self {
-            usage_tick: interval_at(now + options.usage_interval, options.usage_interval),
-            heartbeat_tick: interval_at(
-                now + options.heartbeat_interval,
-                options.heartbeat_interval,
-            ),
+            usage_tick: every(options.usage_interval),
+            heartbeat_tick: every(options.heartbeat_interval),
             opening: Some(opening),
             upstream: Box::pin(futures::stream::empty()),
             events,
@@ -254,14 +260,23 @@ impl Drop for EventStream {
     fn drop(&mut self) {
         if let Some(mut log) = self.log.take() {
             // The client left: the provider call is cancelled with `upstream`; what it produced
-            // is still logged and billed.
-            let partial = self.accumulator.snapshot();
-            log.finish_partial(
+            // is still logged and billed, and the stored lifecycle ends as a chunks stream's does.
+            let mut partial = self.accumulator.snapshot();
+            let (code, message) = (CLIENT_DISCONNECTED, "the client closed the stream");
+            partial.usage = log.finish_partial(
                 &self.call.provider_key,
                 &self.call.model,
                 &partial,
-                "CLIENT_DISCONNECTED",
-                "the client closed the stream",
+                code,
+                message,
+            );
+            let credits = self.cost(&partial.usage);
+            record_call_end(
+                &mut self.events,
+                &self.call,
+                &partial,
+                credits,
+                Some((code, message)),
             );
             log.attach_events(self.events.take_stored());
             log.flush_in_background();
@@ -321,6 +336,7 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
                 };
                 tokio::select! {
                     opened = opening => batch.extend(s.opened(opened).await),
+                    _ = s.usage_tick.tick(), if s.options.include_usage => batch.push(s.usage_update()),
                     _ = s.heartbeat_tick.tick() => {
                         let data = json!({"elapsedMs": s.events.elapsed_ms(), "eventCount": s.events.count()});
                         batch.push(s.emit("heartbeat", data));

@@ -245,10 +245,16 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
         }
     };
     let stream_options = request.stream_options.unwrap_or_default();
-    let include_usage = stream_options
-        .get("include_usage")
-        .and_then(Value::as_bool)
-        .unwrap_or(true);
+    let include_usage = match stream_options.get("include_usage") {
+        None | Some(Value::Null) => true,
+        Some(Value::Bool(include)) => *include,
+        Some(_) => {
+            return Err(invalid(
+                "stream_options.include_usage",
+                "include_usage must be a boolean",
+            ));
+        }
+    };
     Ok(ParsedChat {
         model: request.model.trim().to_string(),
         inference: InferenceRequest {

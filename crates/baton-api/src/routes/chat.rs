@@ -24,7 +24,9 @@ use crate::compat::request::{ChatCompletionRequest, parse};
 use crate::compat::response::{ChatCompletion, ChunkWriter, completion};
 use crate::context::RequestId;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
-use crate::events::{CallInfo, EventLog, emit_failure, record_call_outcome, record_call_started};
+use crate::events::{
+    CallInfo, EventLog, record_call_end, record_call_outcome, record_call_started,
+};
 use crate::extract::Json;
 use crate::gateway::{answer, open_stream, opening, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, event_stream};
@@ -442,15 +444,7 @@ impl ChunkStream {
                 &partial.usage,
             )
             .billed;
-        let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
-        match failure {
-            None => record_call_outcome(&mut self.events, &self.call, Ok((partial, credits))),
-            Some((code, message)) if produced => {
-                self.events.record("error", serde_json::json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}));
-                record_call_outcome(&mut self.events, &self.call, Ok((partial, credits)));
-            }
-            Some((code, message)) => emit_failure(&mut self.events, code, message),
-        }
+        record_call_end(&mut self.events, &self.call, partial, credits, failure);
         log.attach_events(self.events.take_stored());
     }
 }

@@ -203,7 +203,7 @@ pub async fn run_flow(
     let stream_options = body
         .stream_options
         .as_ref()
-        .map(EventOptions::parse)
+        .map(EventOptions::parse_for_run)
         .transpose()?;
     let request = FlowRunRequest {
         parameters: body.parameters,
