@@ -893,7 +893,40 @@ async fn export_from_one_tenant_imports_into_another_and_runs_there() {
     empty["flows"][0]["versions"][0]["templates"][main]["userTemplate"] = Value::Null;
     let mut long_comment = renamed(&document);
     long_comment["flows"][0]["versions"][0]["activations"][0]["comment"] = json!("x".repeat(2_001));
+    let mut hot = renamed(&document);
+    hot["flows"][0]["versions"][0]["templates"][main]["temperature"] = json!(9);
+    let mut bad_schema = renamed(&document);
+    bad_schema["flows"][0]["versions"][0]["templates"][main]["responseSchema"] =
+        json!({"type": "bogus"});
+    let mut unknown_tool = renamed(&document);
+    unknown_tool["flows"][0]["versions"][0]["templates"][main]["toolIds"] = json!(["nonexistent"]);
+    // Two versions numbered alike (the second flow of the document is refused, and the first,
+    // valid one is not written either: the document is checked whole first).
+    let mut twins = renamed(&document);
+    let mut second = twins["flows"][0].clone();
+    second["name"] = json!("twins");
+    let version = second["versions"][0].clone();
+    second["versions"] = json!([version.clone(), version]);
+    twins["flows"].as_array_mut().unwrap().push(second);
+    twins["flows"][0]["versions"][0]["activations"][0]["environment"] = json!("brand-new");
+    // A slug that is another flow's id would answer to that flow.
+    let mut id_slug = renamed(&document);
+    id_slug["flows"][0]["name"] = json!(b.get("/api/v1/flows").await[0]["id"].clone());
     for (refused, param) in [
+        (
+            hot,
+            format!("flows[0].versions[0].templates[{main}].temperature"),
+        ),
+        (
+            bad_schema,
+            format!("flows[0].versions[0].templates[{main}].responseSchema"),
+        ),
+        (
+            unknown_tool,
+            format!("flows[0].versions[0].templates[{main}].toolIds[0]"),
+        ),
+        (twins, "flows[1].versions[1].number".to_string()),
+        (id_slug, "flows[0].name".to_string()),
         (
             bad_model,
             format!("flows[0].versions[0].templates[{main}].llm"),
@@ -911,6 +944,11 @@ async fn export_from_one_tenant_imports_into_another_and_runs_there() {
         assert_eq!(error["param"], param.as_str());
     }
     assert_eq!(b.get("/api/v1/flows").await.as_array().unwrap().len(), 1);
+    let environments = b.get("/api/v1/environments").await;
+    assert!(
+        !environments.to_string().contains("brand-new"),
+        "a refused import creates no environment: {environments}"
+    );
 }
 
 /// An exported Agent tool names its flow by the exporting tenant's id: importing the document

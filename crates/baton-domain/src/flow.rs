@@ -241,6 +241,23 @@ pub struct TemplateInput {
     pub response_schema: Option<Value>,
 }
 
+impl From<Template> for TemplateInput {
+    /// A stored template as the body that would save it (an import checks it as a save does).
+    fn from(template: Template) -> TemplateInput {
+        TemplateInput {
+            description: template.description,
+            template: template.template,
+            user_template: template.user_template,
+            llm: template.llm,
+            temperature: template.temperature,
+            max_tool_calls: template.max_tool_calls,
+            tool_ids: template.tool_ids,
+            fallbacks: template.fallbacks,
+            response_schema: template.response_schema,
+        }
+    }
+}
+
 /// Template names follow the placeholder rule, since `[[name]]` composes them.
 pub fn validate_template_name(name: &str, param: &str) -> DomainResult<()> {
     let valid = !name.is_empty()

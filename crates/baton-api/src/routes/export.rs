@@ -11,7 +11,9 @@ use baton_domain::tool::ToolInput;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
-use crate::routes::flows::{activation_comment, check_model_name, check_runnable, compile};
+use crate::routes::flows::{
+    activation_comment, check_model_name, check_runnable, check_template, compile,
+};
 use crate::routes::tools::is_tenant_flow;
 use crate::state::AppState;
 
@@ -65,7 +67,15 @@ pub async fn import(
             ),
         ));
     }
-    for (i, flow) in document.flows.iter().enumerate() {
+    // Tools the document brings, by the id they had where it was exported.
+    let document_tools: Vec<&str> = document
+        .tools
+        .iter()
+        .filter_map(|t| t.get("id").and_then(|v| v.as_str()))
+        .collect();
+    // The document is checked whole before anything is written, as saving each part would be.
+    let mut flows = document.flows.clone();
+    for (i, flow) in flows.iter_mut().enumerate() {
         let param = |field: &str| format!("flows[{i}].{field}");
         if slugify(&flow.name) != flow.name {
             return Err(ApiError::validation(
@@ -73,41 +83,75 @@ pub async fn import(
                 format!("'{}' is not a flow slug", flow.name),
             ));
         }
+        // A slug that is another flow's id would answer to that flow, not this one.
+        if let Ok(existing) = state.store.get_flow(&principal.tenant, &flow.name).await
+            && existing.flow.id == flow.name
+        {
+            return Err(ApiError::validation(
+                param("name"),
+                format!("'{}' is the id of another flow of this tenant", flow.name),
+            ));
+        }
         validate_title(&flow.title)
             .map_err(|e| ApiError::validation(param("title"), e.to_string()))?;
-        for (j, version) in flow.versions.iter().enumerate() {
-            for template in &version.templates {
-                baton_domain::flow::validate_template_name(
-                    &template.name,
-                    &param(&format!("versions[{j}].templates")),
-                )?;
+        let mut numbers = std::collections::HashSet::new();
+        for (j, version) in flow.versions.iter_mut().enumerate() {
+            let at_version = |field: &str| param(&format!("versions[{j}].{field}"));
+            if version.number == 0 || !numbers.insert(version.number) {
+                return Err(ApiError::validation(
+                    at_version("number"),
+                    format!(
+                        "version numbers are 1, 2, ... and unique within a flow: {} is not",
+                        version.number
+                    ),
+                ));
             }
+            let mut checked = Vec::with_capacity(version.templates.len());
+            for (k, template) in std::mem::take(&mut version.templates)
+                .into_iter()
+                .enumerate()
+            {
+                let prefix = at_version(&format!("templates[{k}]."));
+                let name = template.name.clone();
+                let template =
+                    check_template(&state, &principal.tenant, template.into(), &name, &prefix)
+                        .await?;
+                for (t, id) in template.tool_ids.iter().enumerate() {
+                    let known = document_tools.contains(&id.as_str())
+                        || state
+                            .store
+                            .tools_by_ids(&principal.tenant, std::slice::from_ref(id))
+                            .await?
+                            .iter()
+                            .any(|tool| &tool.id == id);
+                    if !known {
+                        return Err(ApiError::validation(
+                            format!("{prefix}toolIds[{t}]"),
+                            format!("'{id}' names no tool of this document or of this tenant"),
+                        ));
+                    }
+                }
+                checked.push(template);
+            }
+            version.templates = checked;
             compile(&version.templates).map_err(|e| match e {
                 ApiError::Invalid { message, .. } => {
-                    ApiError::validation(param(&format!("versions[{j}].templates")), message)
+                    ApiError::validation(at_version("templates"), message)
                 }
                 other => other,
             })?;
-            // What saving and activating check, an import checks too: it would otherwise
-            // bring in versions that fail every run.
-            for (k, template) in version.templates.iter().enumerate() {
-                let at = |field: &str| param(&format!("versions[{j}].templates[{k}].{field}"));
-                if let Some(llm) = &template.llm {
-                    check_model_name(&state, &principal.tenant, llm, &at("llm")).await?;
-                }
-                for (f, fallback) in template.fallbacks.iter().enumerate() {
-                    let field = format!("fallbacks[{f}]");
-                    check_model_name(&state, &principal.tenant, fallback, &at(&field)).await?;
-                }
-            }
             for (a, activation) in version.activations.iter().enumerate() {
                 activation_comment(activation.comment.as_deref()).map_err(|e| match e {
                     ApiError::Invalid { message, .. } => ApiError::validation(
-                        param(&format!("versions[{j}].activations[{a}].comment")),
+                        at_version(&format!("activations[{a}].comment")),
                         message,
                     ),
                     other => other,
                 })?;
+                baton_domain::environment::validate_environment_name(
+                    &activation.environment,
+                    &at_version(&format!("activations[{a}].environment")),
+                )?;
             }
             if !version.activations.is_empty() {
                 check_runnable(
@@ -197,8 +241,7 @@ pub async fn import(
             tool_ids.insert(old, new);
         }
     }
-    let mut environments: Vec<String> = document
-        .flows
+    let mut environments: Vec<String> = flows
         .iter()
         .flat_map(|f| f.versions.iter())
         .flat_map(|v| v.activations.iter().map(|a| a.environment.clone()))
@@ -221,8 +264,9 @@ pub async fn import(
         }
     }
     let actor = principal.actor();
-    for flow in &document.flows {
-        let mut flow = flow.clone();
+    for mut flow in flows {
+        // A tool of the document was created or matched by name (or skipped: an MCP tool whose
+        // server this tenant lacks); a tool id of this tenant stays as it is.
         for template in flow
             .versions
             .iter_mut()
@@ -231,7 +275,11 @@ pub async fn import(
             template.tool_ids = template
                 .tool_ids
                 .iter()
-                .filter_map(|id| tool_ids.get(id).cloned())
+                .filter_map(|id| match tool_ids.get(id) {
+                    Some(mapped) => Some(mapped.clone()),
+                    None if document_tools.contains(&id.as_str()) => None,
+                    None => Some(id.clone()),
+                })
                 .collect();
         }
         let imported = state

@@ -339,6 +339,39 @@ pub async fn get_template(
 }
 
 /// Every id in `toolIds` must name a tool of the same tenant.
+/// What saving a template checks but its tool ids (which an import maps first): every field,
+/// the texts' syntax, the response schema, and its models. Errors name `{prefix}{field}`.
+pub(crate) async fn check_template(
+    state: &AppState,
+    tenant: &baton_domain::TenantId,
+    input: TemplateInput,
+    name: &str,
+    prefix: &str,
+) -> ApiResult<Template> {
+    let at = |field: &str| format!("{prefix}{field}");
+    let template = input.validate(name).map_err(|e| {
+        let baton_domain::DomainError::Validation { param, message } = e;
+        ApiError::validation(at(&param), message)
+    })?;
+    baton_template::validate_text(&template.template, Field::Template)
+        .map_err(|e| ApiError::validation(at("template"), e.to_string()))?;
+    if let Some(user) = &template.user_template {
+        baton_template::validate_text(user, Field::UserTemplate)
+            .map_err(|e| ApiError::validation(at("userTemplate"), e.to_string()))?;
+    }
+    if let Some(schema) = &template.response_schema {
+        baton_providers::structured::OutputSchema::compile(schema)
+            .map_err(|e| ApiError::validation(at("responseSchema"), e))?;
+    }
+    if let Some(llm) = &template.llm {
+        check_model_name(state, tenant, llm, &at("llm")).await?;
+    }
+    for (i, fallback) in template.fallbacks.iter().enumerate() {
+        check_model_name(state, tenant, fallback, &at(&format!("fallbacks[{i}]"))).await?;
+    }
+    Ok(template)
+}
+
 async fn check_tool_ids(
     state: &AppState,
     tenant: &baton_domain::TenantId,
@@ -377,29 +410,7 @@ pub async fn put_template(
     PathParams((flow, version, name)): PathParams<(String, String, String)>,
     Json(body): Json<TemplateInput>,
 ) -> ApiResult<(StatusCode, axum::Json<Template>)> {
-    let template = body.validate(&name)?;
-    baton_template::validate_text(&template.template, Field::Template)
-        .map_err(|e| ApiError::validation("template", e.to_string()))?;
-    if let Some(user) = &template.user_template {
-        baton_template::validate_text(user, Field::UserTemplate)
-            .map_err(|e| ApiError::validation("userTemplate", e.to_string()))?;
-    }
-    if let Some(schema) = &template.response_schema {
-        baton_providers::structured::OutputSchema::compile(schema)
-            .map_err(|e| ApiError::validation("responseSchema", e))?;
-    }
-    if let Some(llm) = &template.llm {
-        check_model_name(&state, &principal.tenant, llm, "llm").await?;
-    }
-    for (i, fallback) in template.fallbacks.iter().enumerate() {
-        check_model_name(
-            &state,
-            &principal.tenant,
-            fallback,
-            &format!("fallbacks[{i}]"),
-        )
-        .await?;
-    }
+    let template = check_template(&state, &principal.tenant, body, &name, "").await?;
     check_tool_ids(&state, &principal.tenant, &template.tool_ids).await?;
     // The version with this template in place must still compose without a cycle.
     let current = state
