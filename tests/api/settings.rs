@@ -74,6 +74,16 @@ async fn invalid_values_change_nothing() {
             "maxCostPerRequestCredits",
         ),
         (json!({"unknownSetting": true}), "unknownSetting"),
+        // Fields with no unset state refuse null rather than ignore it.
+        (json!({"textSampleRate": null}), "textSampleRate"),
+        (json!({"markupPercent": null}), "markupPercent"),
+        (json!({"defaultMaxAgentDepth": null}), "defaultMaxAgentDepth"),
+        (json!({"responseCacheTtlSeconds": null}), "responseCacheTtlSeconds"),
+        (json!({"callbackOrigins": null}), "callbackOrigins"),
+        // A default model no run could resolve is refused when saved.
+        (json!({"defaultModel": "nope/x"}), "defaultModel"),
+        (json!({"defaultModel": "bad model"}), "defaultModel"),
+        (json!({"defaultModel": "no-such-alias"}), "defaultModel"),
     ] {
         let err = app
             .put("/api/v1/settings", &key, body.clone())

@@ -86,14 +86,17 @@ pub enum OriginsInput {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SettingsPatch {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = OriginsInput, required = false))]
     pub callback_origins: Option<OriginsInput>,
     #[serde(default, deserialize_with = "double_option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<u32>))]
     pub text_retention_days: Option<Option<u32>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = f64, required = false))]
     pub text_sample_rate: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = u32, required = false))]
     pub default_max_agent_depth: Option<u32>,
     #[serde(default, deserialize_with = "double_option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
@@ -101,9 +104,11 @@ pub struct SettingsPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub default_model: Option<Option<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = f64, required = false))]
     pub markup_percent: Option<f64>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "not_null")]
+    #[cfg_attr(feature = "openapi", schema(value_type = u64, required = false))]
     pub response_cache_ttl_seconds: Option<u64>,
     #[serde(default, deserialize_with = "double_option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<u32>))]
@@ -117,6 +122,16 @@ pub struct SettingsPatch {
     #[serde(default, deserialize_with = "double_option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<u64>))]
     pub attempt_timeout_ms: Option<Option<u64>>,
+}
+
+/// A field that may be left out but has no unset state: `null` is refused (naming the field)
+/// rather than read as absent, which would answer 200 and change nothing.
+fn not_null<'de, T, D>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    T: Deserialize<'de>,
+    D: Deserializer<'de>,
+{
+    T::deserialize(deserializer).map(Some)
 }
 
 /// Distinguishes a field set to `null` (`Some(None)`) from an absent one (`None`).

@@ -8,6 +8,7 @@ use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
 use crate::state::AppState;
+use crate::routes::flows::check_model_name;
 
 /// Optimistic writes retried this often before giving up with 409.
 const WRITE_ATTEMPTS: usize = 5;
@@ -43,6 +44,11 @@ pub async fn update_settings(
     principal: Principal,
     Json(patch): Json<SettingsPatch>,
 ) -> ApiResult<axum::Json<TenantSettings>> {
+    // As a template's `llm` is when saved: a name no run could resolve is refused now, not by
+    // every run that falls back on it.
+    if let Some(Some(model)) = &patch.default_model {
+        check_model_name(&state, &principal.tenant, model, "defaultModel").await?;
+    }
     for _ in 0..WRITE_ATTEMPTS {
         let current = state.store.tenant_settings(&principal.tenant).await?;
         let next = current.settings.apply(patch.clone())?;
