@@ -524,6 +524,37 @@ async fn the_transport_needs_a_key_and_checks_host_and_origin() {
     .await;
     assert_eq!(plain.status, 406, "{}", plain.text);
     assert_eq!(plain.json()["error"]["code"], "NOT_ACCEPTABLE");
+    // `*/*` accepts both types the transport needs.
+    let anything = crate::helpers::send(
+        app.client
+            .post(app.url("/api/v1/mcp"))
+            .bearer_auth(&key)
+            .header("accept", "*/*")
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})),
+    )
+    .await;
+    assert_eq!(anything.status, 200, "{}", anything.text);
+    assert!(anything.json()["result"]["tools"].is_array());
+    // Params that do not parse are JSON-RPC's "invalid params", not "method not found".
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+               "params": {"name": "get_run", "arguments": "s"}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {}}),
+    ] {
+        let answer = crate::helpers::send(
+            app.client
+                .post(app.url("/api/v1/mcp"))
+                .bearer_auth(&key)
+                .header("accept", "application/json, text/event-stream")
+                .json(&message),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.text);
+        let body = answer.json();
+        assert_eq!(body["id"], 7);
+        assert_eq!(body["error"]["code"], -32602, "{message}: {body}");
+    }
     // A body that is no JSON, or no JSON-RPC message, is a 400 as on every route.
     for (body, code) in [
         ("{bad", "INVALID_JSON"),

@@ -77,8 +77,14 @@ async fn invalid_values_change_nothing() {
         // Fields with no unset state refuse null rather than ignore it.
         (json!({"textSampleRate": null}), "textSampleRate"),
         (json!({"markupPercent": null}), "markupPercent"),
-        (json!({"defaultMaxAgentDepth": null}), "defaultMaxAgentDepth"),
-        (json!({"responseCacheTtlSeconds": null}), "responseCacheTtlSeconds"),
+        (
+            json!({"defaultMaxAgentDepth": null}),
+            "defaultMaxAgentDepth",
+        ),
+        (
+            json!({"responseCacheTtlSeconds": null}),
+            "responseCacheTtlSeconds",
+        ),
         (json!({"callbackOrigins": null}), "callbackOrigins"),
         // A default model no run could resolve is refused when saved.
         (json!({"defaultModel": "nope/x"}), "defaultModel"),

@@ -973,6 +973,168 @@ async fn mcp_servers_are_registered_discovered_imported_and_called() {
         .error(409, "IN_USE");
 }
 
+/// A server record's secrets stay with its host: `********` keeps a stored value whatever the
+/// header name's case, never on create and never once the URL points elsewhere, and headers
+/// the transport sets are refused at once. An imported tool is called by its server's name,
+/// also when that name is no function name (`files.read`) or the tool was renamed here.
+#[tokio::test]
+async fn mcp_records_keep_secrets_to_their_host_and_tools_their_server_names() {
+    let mcp = MockMcpServer::start_with_required_header("Authorization", "Bearer mcp-secret").await;
+    let mcp_addr = mcp.address();
+    let s = setup_with(move |config| config.outbound_allowed.push(mcp_addr)).await;
+    for (headers, param) in [
+        (
+            json!({"Content-Type": "text/plain"}),
+            "headers.Content-Type",
+        ),
+        (json!({"Mcp-Session-Id": "x"}), "headers.Mcp-Session-Id"),
+        (json!({"X-Literal": "********"}), "headers.X-Literal"),
+        (json!({"X-Key": "a", "x-key": "b"}), "headers.x-key"),
+    ] {
+        let refused = s
+            .call(
+                Method::POST,
+                "/api/v1/mcp-servers",
+                Some(json!({"name": "calc", "url": mcp.url(), "headers": headers})),
+            )
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(refused["param"], param, "{headers}");
+    }
+    let (sid, imported) = s
+        .import_mcp(
+            json!({"name": "calc", "url": mcp.url(), "headers": {"Authorization": "Bearer mcp-secret"}}),
+            &["files.read", "echo"],
+        )
+        .await;
+    // Sent back under another case, the stored value is kept (the server still lets us in).
+    s.ok(
+        Method::PUT,
+        &format!("/api/v1/mcp-servers/{sid}"),
+        Some(json!({"name": "calc", "url": mcp.url(), "headers": {"authorization": "********"}})),
+    )
+    .await;
+    s.ok(
+        Method::POST,
+        &format!("/api/v1/mcp-servers/{sid}/discover"),
+        None,
+    )
+    .await;
+    // It does not follow the record to another host.
+    let moved = s
+        .call(
+            Method::PUT,
+            &format!("/api/v1/mcp-servers/{sid}"),
+            Some(json!({"name": "calc", "url": "http://127.0.0.1:9/mcp", "headers": {"authorization": "********"}})),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(moved["param"], "headers.authorization");
+    let server = s
+        .ok(Method::GET, &format!("/api/v1/mcp-servers/{sid}"), None)
+        .await;
+    assert_eq!(server["url"], mcp.url());
+
+    // `files.read` is `files_read` here; `echo` is renamed.
+    let names: Vec<&str> = imported.iter().map(|(_, name)| name.as_str()).collect();
+    assert_eq!(names, ["files_read", "echo"]);
+    let files = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/tools/{}", imported[0].0),
+            None,
+        )
+        .await;
+    assert_eq!(files["mcpToolName"], "files.read");
+    let mut echo = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/tools/{}", imported[1].0),
+            None,
+        )
+        .await;
+    echo["name"] = json!("say_again");
+    let renamed = s
+        .ok(
+            Method::PUT,
+            &format!("/api/v1/tools/{}", imported[1].0),
+            Some(echo),
+        )
+        .await;
+    assert_eq!(renamed["name"], "say_again");
+    assert_eq!(renamed["mcpToolName"], "echo");
+    let flow = s
+        .flow(
+            "Reader",
+            json!({"template": "t", "toolIds": [imported[0].0, imported[1].0], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[
+        ("c1", "files_read", json!({"text": "notes.txt"})),
+        ("c2", "say_again", json!({"text": "hi", "times": 2})),
+    ]));
+    s.mock.push(Reply::text("read it"));
+    let run = s.run(&flow, json!({}), &[]).await;
+    let statuses: Vec<&Value> = run["toolCalls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["status"])
+        .collect();
+    assert_eq!(
+        statuses,
+        [&json!("succeeded"), &json!("succeeded")],
+        "{run}"
+    );
+    let called: Vec<String> = mcp.calls().into_iter().map(|(name, _)| name).collect();
+    assert!(called.contains(&"files.read".to_string()), "{called:?}");
+    assert!(called.contains(&"echo".to_string()), "{called:?}");
+    let results = tool_messages(&s.mock, 1);
+    assert!(
+        results
+            .iter()
+            .any(|m| m["content"].to_string().contains("contents of notes.txt"))
+    );
+    // The renamed tool is still this server's `echo`: discovered as imported, refreshed in place.
+    let found = s
+        .ok(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/discover"),
+            None,
+        )
+        .await;
+    let echo = found
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "echo")
+        .unwrap();
+    assert_eq!(echo["alreadyImported"], true);
+    let again = s
+        .ok(
+            Method::POST,
+            &format!("/api/v1/mcp-servers/{sid}/import"),
+            Some(json!({"toolNames": ["echo"]})),
+        )
+        .await;
+    assert_eq!(again[0]["id"], imported[1].0.as_str());
+    assert_eq!(again[0]["name"], "say_again");
+
+    // An MCP tool's input is an object.
+    let array = s
+        .call(
+            Method::POST,
+            "/api/v1/tools",
+            Some(
+                json!({"name": "t_array", "toolType": "Mcp", "mcpServerId": sid,
+                        "rawInputSchema": {"type": "array"}}),
+            ),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(array["param"], "rawInputSchema");
+}
+
 #[tokio::test]
 async fn an_unreachable_mcp_server_fails_the_call_not_the_run() {
     let mcp = MockMcpServer::start().await;

@@ -101,10 +101,73 @@ pub(crate) fn service(config: &ApiConfig) -> McpService {
         (status = 406, description = "Accept does not allow JSON and event streams", body = ErrorResponse),
         (status = 415, description = "The body is not JSON", body = ErrorResponse),
     ))]
-pub async fn mcp_endpoint(State(state): State<AppState>, mut request: Request) -> Response {
+pub async fn mcp_endpoint(State(state): State<AppState>, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    widen_accept(&mut parts.headers);
+    let limit = state.config.max_body_bytes;
+    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
+        return ApiError::PayloadTooLarge { limit }.into_response();
+    };
+    if let Some(answer) = invalid_params(&bytes) {
+        return answer;
+    }
+    let mut request = Request::from_parts(parts, Body::from(bytes));
     request.extensions_mut().insert(state.clone());
     let response = state.mcp.handle(request).await.map(Body::new);
     in_error_shape(response).await
+}
+
+/// `*/*` accepts both of the transport's types, but rmcp looks for them by name.
+fn widen_accept(headers: &mut HeaderMap) {
+    let any = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|media| media.split(';').next().is_some_and(|m| m.trim() == "*/*"));
+    if any {
+        headers.insert(
+            header::ACCEPT,
+            header::HeaderValue::from_static("application/json, text/event-stream"),
+        );
+    }
+}
+
+/// A request rmcp would answer "method not found" because its params do not parse (a
+/// `tools/call` without a tool name, `arguments` that are no object, an `initialize` without
+/// its fields): JSON-RPC's "invalid params" (-32602) instead, saying what they must be.
+fn invalid_params(body: &[u8]) -> Option<Response> {
+    let message: Value = serde_json::from_slice(body).ok()?;
+    let id = message.get("id")?.clone();
+    let params = message.get("params");
+    let problem = match message.get("method")?.as_str()? {
+        "tools/call" => {
+            let params = params.and_then(Value::as_object);
+            let named = params.is_some_and(|p| p.get("name").is_some_and(Value::is_string));
+            let arguments_ok = params.is_some_and(|p| {
+                p.get("arguments")
+                    .is_none_or(|a| a.is_object() || a.is_null())
+            });
+            (!named || !arguments_ok).then_some(
+                "tools/call takes params {\"name\": string, \"arguments\": object (optional)}",
+            )
+        }
+        "initialize" => {
+            let params = params.and_then(Value::as_object);
+            let complete = params.is_some_and(|p| {
+                p.get("protocolVersion").is_some_and(Value::is_string)
+                    && p.get("capabilities").is_some_and(Value::is_object)
+                    && p.get("clientInfo").is_some_and(Value::is_object)
+            });
+            (!complete).then_some(
+                "initialize takes params {\"protocolVersion\": string, \"capabilities\": object, \"clientInfo\": object}",
+            )
+        }
+        _ => None,
+    }?;
+    let answer = json!({"jsonrpc": "2.0", "id": id,
+                        "error": {"code": -32602, "message": format!("invalid params: {problem}")}});
+    Some(axum::Json(answer).into_response())
 }
 
 /// rmcp answers transport failures (Host refused, wrong Accept, ...) in plain text; they get the

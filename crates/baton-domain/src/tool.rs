@@ -482,6 +482,10 @@ pub struct ToolConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub raw_input_schema: Option<Value>,
+    /// The name the MCP server knows the tool by, when this tool's is another: a server's name
+    /// with characters function names do not take (`files.read`), or a tool renamed here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mcp_tool_name: Option<String>,
 }
 
 impl Tool {
@@ -555,6 +559,8 @@ pub struct ToolInput {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub raw_input_schema: Option<Value>,
+    #[serde(default)]
+    pub mcp_tool_name: Option<String>,
     // Server-set fields of an exported record; accepted so a record can be sent back as is.
     #[serde(default, skip_serializing)]
     #[cfg_attr(feature = "openapi", schema(ignore))]
@@ -632,10 +638,47 @@ impl From<Tool> for ToolInput {
             max_loop_iterations: config.max_loop_iterations,
             mcp_server_id: config.mcp_server_id,
             raw_input_schema: config.raw_input_schema,
+            mcp_tool_name: config.mcp_tool_name,
             ..ToolInput::default()
         }
     }
 }
+
+/// This library's name for a tool an MCP server calls `remote`: the same where it is a valid
+/// tool name, else with each other character replaced by `_` (`files.read` -> `files_read`).
+pub fn mcp_local_name(remote: &str) -> String {
+    let mut name: String = remote
+        .trim()
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.len() > 64 {
+        name.truncate(64);
+    }
+    if name.is_empty() {
+        "_".to_string()
+    } else {
+        name
+    }
+}
+
+/// Headers the MCP transport sets itself; a server record may not carry them.
+pub const MCP_TRANSPORT_HEADERS: &[&str] = &[
+    "accept",
+    "content-type",
+    "content-length",
+    "host",
+    "transfer-encoding",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
 
 /// Whether `raw` is a relative `webUrl` (the tool is caller-hosted).
 pub fn is_relative_url(raw: &str) -> bool {
@@ -804,6 +847,7 @@ impl ToolInput {
             ("maxLoopIterations", self.max_loop_iterations.is_some()),
             ("mcpServerId", self.mcp_server_id.is_some()),
             ("rawInputSchema", raw_input_schema.is_some()),
+            ("mcpToolName", self.mcp_tool_name.is_some()),
         ];
         let own: &[&str] = match tool_type {
             ToolType::External => &[
@@ -816,7 +860,7 @@ impl ToolInput {
             ToolType::Virtual => &["virtualToolId"],
             ToolType::Agent => &["agentTemplateId", "maxAgentDepth"],
             ToolType::CritiqueLoop => &["producerFlowId", "criticFlowId", "maxLoopIterations"],
-            ToolType::Mcp => &["mcpServerId", "rawInputSchema"],
+            ToolType::Mcp => &["mcpServerId", "rawInputSchema", "mcpToolName"],
         };
         if let Some((field, _)) = foreign
             .iter()
@@ -908,13 +952,32 @@ impl ToolInput {
             ToolType::Mcp => {
                 config.mcp_server_id =
                     Some(required_text(self.mcp_server_id, "mcpServerId", tool_type)?);
-                if raw_input_schema.as_ref().is_some_and(|s| !s.is_object()) {
+                // An MCP tool's input is an object (the MCP specification says so, and
+                // providers take no other function parameters).
+                let object_schema = |s: &Value| {
+                    s.as_object()
+                        .is_some_and(|o| o.get("type").is_none_or(|t| t == "object"))
+                };
+                if raw_input_schema.as_ref().is_some_and(|s| !object_schema(s)) {
                     return Err(DomainError::validation(
                         "rawInputSchema",
-                        "rawInputSchema must be a JSON Schema object",
+                        "rawInputSchema must be a JSON Schema object of type 'object'",
                     ));
                 }
                 config.raw_input_schema = raw_input_schema;
+                if let Some(remote) = self.mcp_tool_name {
+                    let remote = remote.trim();
+                    if remote.is_empty()
+                        || remote.len() > 128
+                        || remote.chars().any(char::is_control)
+                    {
+                        return Err(DomainError::validation(
+                            "mcpToolName",
+                            "mcpToolName must be 1 to 128 characters on one line",
+                        ));
+                    }
+                    config.mcp_tool_name = Some(remote.to_string());
+                }
             }
         }
         Ok(ValidTool {
@@ -1018,6 +1081,22 @@ impl McpServerInput {
         }
         let headers = self.headers.unwrap_or_default();
         validate_headers(&headers, "headers")?;
+        let mut seen = std::collections::HashSet::new();
+        for name in headers.keys() {
+            let lower = name.to_ascii_lowercase();
+            if MCP_TRANSPORT_HEADERS.contains(&lower.as_str()) {
+                return Err(DomainError::validation(
+                    format!("headers.{name}"),
+                    format!("'{name}' is set by the MCP transport itself"),
+                ));
+            }
+            if !seen.insert(lower) {
+                return Err(DomainError::validation(
+                    format!("headers.{name}"),
+                    format!("header '{name}' is given twice (header names ignore case)"),
+                ));
+            }
+        }
         Ok(ValidMcpServer { name, url, headers })
     }
 }

@@ -186,7 +186,7 @@ impl Dispatcher<'_> {
         let result = baton_tools::mcp::call_tool(
             self.client,
             endpoint,
-            &tool.name,
+            tool.config.mcp_tool_name.as_deref().unwrap_or(&tool.name),
             arguments,
             self.call_timeout(),
             self.max_result_bytes,

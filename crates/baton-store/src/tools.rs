@@ -292,7 +292,11 @@ impl Store {
             .iter()
             .filter_map(|(name, value)| {
                 if value == REDACTED {
-                    stored.get(name).map(|kept| (name.clone(), kept.clone()))
+                    // Header names ignore case: `authorization` keeps `Authorization`'s value.
+                    stored
+                        .iter()
+                        .find(|(stored, _)| stored.eq_ignore_ascii_case(name))
+                        .map(|(_, kept)| (name.clone(), kept.clone()))
                 } else {
                     Some((name.clone(), value.clone()))
                 }

@@ -252,6 +252,12 @@ impl MockTools {
     async fn big(&self, Parameters(BigArgs { bytes }): Parameters<BigArgs>) -> String {
         "x".repeat(bytes)
     }
+
+    /// A name with a character function names do not take (MCP allows it).
+    #[tool(name = "files.read", description = "Reads a file by name")]
+    async fn files_read(&self, Parameters(EchoArgs { text, .. }): Parameters<EchoArgs>) -> String {
+        format!("contents of {text}")
+    }
 }
 
 impl ServerHandler for MockTools {

@@ -40,17 +40,8 @@ const MAX_TOOL_PAGES: usize = 100;
 /// Characters of a failure message kept (it may quote the server's answer).
 const MAX_MESSAGE_CHARS: usize = 300;
 
-/// Headers the transport sets itself; a tenant's value would clash with them.
-const TRANSPORT_HEADERS: &[&str] = &[
-    "accept",
-    "content-type",
-    "content-length",
-    "host",
-    "transfer-encoding",
-    "mcp-session-id",
-    "mcp-protocol-version",
-    "last-event-id",
-];
+// Headers the transport sets itself; a tenant's value would clash with them.
+use baton_domain::tool::MCP_TRANSPORT_HEADERS as TRANSPORT_HEADERS;
 
 /// A tool as the server describes it.
 #[derive(Debug, Clone, PartialEq)]

@@ -4,7 +4,8 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use baton_domain::tool::{
-    DiscoveredTool, McpImportInput, McpServer, McpServerInput, Tool, ToolInput, ToolType,
+    DiscoveredTool, McpImportInput, McpServer, McpServerInput, REDACTED, Tool, ToolInput, ToolType,
+    mcp_local_name,
 };
 
 use crate::auth::Principal;
@@ -39,6 +40,18 @@ pub async fn create_mcp_server(
     Json(body): Json<McpServerInput>,
 ) -> ApiResult<(StatusCode, axum::Json<McpServer>)> {
     let server = body.validate()?;
+    // `********` means "keep the stored value" on update; a new server has none to keep.
+    if let Some(name) = server
+        .headers
+        .iter()
+        .find(|(_, v)| *v == REDACTED)
+        .map(|(n, _)| n)
+    {
+        return Err(ApiError::validation(
+            format!("headers.{name}"),
+            format!("'{REDACTED}' keeps a stored value on update; a new server has none"),
+        ));
+    }
     let created = state
         .store
         .create_mcp_server(&principal.tenant, &server)
@@ -79,6 +92,25 @@ pub async fn update_mcp_server(
     Json(body): Json<McpServerInput>,
 ) -> ApiResult<axum::Json<McpServer>> {
     let server = body.validate()?;
+    // A kept secret does not follow the record to another host: whoever can edit it could
+    // otherwise point it at their own server and collect the credential.
+    let current = state.store.get_mcp_server(&principal.tenant, &id).await?;
+    let moved = url::Url::parse(&current.url)
+        .map(|before| before.origin() != server.url.origin())
+        .unwrap_or(true);
+    if moved
+        && let Some(name) = server
+            .headers
+            .iter()
+            .find(|(_, v)| *v == REDACTED)
+            .map(|(n, _)| n)
+    {
+        return Err(ApiError::validation(
+            format!("headers.{name}"),
+            "the url now points at another server: send the header's value again rather than \
+             keeping the stored one",
+        ));
+    }
     let updated = state
         .store
         .update_mcp_server(&principal.tenant, &id, &server)
@@ -153,11 +185,7 @@ pub async fn discover_mcp_tools(
         .record_mcp_discovery(&principal.tenant, &id, tools.len())
         .await?;
     let library = state.store.list_tools(&principal.tenant).await?;
-    let imported = |name: &str| {
-        library
-            .iter()
-            .any(|t| t.name == name && t.config.mcp_server_id.as_deref() == Some(id.as_str()))
-    };
+    let imported = |name: &str| library.iter().any(|t| is_import_of(t, &id, name));
     Ok(axum::Json(
         tools
             .into_iter()
@@ -169,6 +197,12 @@ pub async fn discover_mcp_tools(
             })
             .collect(),
     ))
+}
+
+/// Whether `tool` is server `server`'s tool `remote`, imported (its name here may differ).
+fn is_import_of(tool: &Tool, server: &str, remote: &str) -> bool {
+    tool.config.mcp_server_id.as_deref() == Some(server)
+        && tool.config.mcp_tool_name.as_deref().unwrap_or(&tool.name) == remote
 }
 
 /// Imports the named tools into the library as `Mcp` tools (`mcpServerId`, `rawInputSchema`,
@@ -215,8 +249,12 @@ pub async fn import_mcp_tools(
                 format!("the MCP server offers no tool named '{name}'"),
             )
         })?;
+        // A name function names cannot carry (`files.read`) gets one that can; the server's
+        // is kept for the calls.
+        let local = mcp_local_name(name);
         let input = ToolInput {
-            name: name.clone(),
+            mcp_tool_name: (&local != name).then(|| name.clone()),
+            name: local,
             description: tool.description.clone(),
             tool_type: Some(ToolType::Mcp.as_str().to_string()),
             mcp_server_id: Some(id.clone()),
@@ -232,11 +270,17 @@ pub async fn import_mcp_tools(
     // Every name is checked before the first write: a conflict imports none of them.
     let library = state.store.list_tools(tenant).await?;
     let mut plan = Vec::with_capacity(chosen.len());
-    for tool in chosen {
-        match library.iter().find(|t| t.name == tool.name) {
-            Some(existing) if existing.config.mcp_server_id.as_deref() == Some(id.as_str()) => {
-                plan.push((Some(existing.id.clone()), tool));
+    for (remote, mut tool) in body.tool_names.iter().zip(chosen) {
+        // Imported before (under its name here, which may have been changed): refreshed.
+        if let Some(existing) = library.iter().find(|t| is_import_of(t, &id, remote)) {
+            if existing.name != tool.name {
+                tool.name.clone_from(&existing.name);
+                tool.config.mcp_tool_name = Some(remote.clone());
             }
+            plan.push((Some(existing.id.clone()), tool));
+            continue;
+        }
+        match library.iter().find(|t| t.name == tool.name) {
             Some(_) => {
                 return Err(ApiError::Conflict {
                     code: "ALREADY_EXISTS",

@@ -7,8 +7,8 @@ use baton_store::StoreError;
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::Json;
-use crate::state::AppState;
 use crate::routes::flows::check_model_name;
+use crate::state::AppState;
 
 /// Optimistic writes retried this often before giving up with 409.
 const WRITE_ATTEMPTS: usize = 5;

@@ -4,7 +4,7 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use baton_domain::TenantId;
-use baton_domain::tool::{REDACTED, Tool, ToolInput, ToolUsage, ValidTool};
+use baton_domain::tool::{REDACTED, Tool, ToolInput, ToolType, ToolUsage, ValidTool};
 use baton_store::StoreError;
 
 use crate::auth::Principal;
@@ -164,14 +164,30 @@ pub async fn update_tool(
     // A header sent back with the redacted value keeps its stored value.
     if let Some(headers) = body.headers.as_mut() {
         for (name, value) in headers.iter_mut() {
+            // Header names ignore case: `authorization` keeps `Authorization`'s value.
             if value == REDACTED
-                && let Some(kept) = stored.config.headers.get(name)
+                && let Some((_, kept)) = stored
+                    .config
+                    .headers
+                    .iter()
+                    .find(|(stored, _)| stored.eq_ignore_ascii_case(name))
             {
                 value.clone_from(kept);
             }
         }
     }
-    let tool = validate(&state, &principal.tenant, body).await?;
+    let mut tool = validate(&state, &principal.tenant, body).await?;
+    // An imported MCP tool renamed here is still called by its server's name.
+    if tool.tool_type == ToolType::Mcp
+        && tool.config.mcp_tool_name.is_none()
+        && tool.config.mcp_server_id == stored.config.mcp_server_id
+    {
+        tool.config.mcp_tool_name = stored
+            .config
+            .mcp_tool_name
+            .clone()
+            .or_else(|| (stored.name != tool.name).then(|| stored.name.clone()));
+    }
     let updated = state
         .store
         .update_tool(&principal.tenant, &id, &tool)
