@@ -245,6 +245,24 @@ async fn the_tools_are_listed_and_do_what_their_rest_routes_do() {
     assert_eq!(unknown.is_error, Some(true));
     let told = format!("{:?}", unknown.content);
     assert!(told.contains("runId"), "{told}");
+    // Operations without arguments refuse any (a typo is told, not ignored).
+    for tool in ["list_flows", "cancel_all_runs"] {
+        let extra = client
+            .call_tool(
+                CallToolRequestParams::new(tool)
+                    .with_arguments(json!({"flowId": "x"}).as_object().unwrap().clone()),
+            )
+            .await
+            .unwrap();
+        assert_eq!(extra.is_error, Some(true), "{tool}");
+        let told = format!("{:?}", extra.content);
+        assert!(told.contains("flowId"), "{tool}: {told}");
+    }
+    let bare = client
+        .call_tool(CallToolRequestParams::new("list_flows"))
+        .await
+        .unwrap();
+    assert_ne!(bare.is_error, Some(true), "no arguments at all: {bare:?}");
     assert_eq!(s.mock.received().len(), 2, "failed calls reached no model");
 }
 

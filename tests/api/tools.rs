@@ -1135,6 +1135,38 @@ async fn mcp_records_keep_secrets_to_their_host_and_tools_their_server_names() {
     assert_eq!(array["param"], "rawInputSchema");
 }
 
+/// Imports of the same tools at once all succeed: the later ones refresh what the first wrote.
+#[tokio::test]
+async fn concurrent_imports_of_the_same_tools_all_succeed() {
+    let mcp = MockMcpServer::start().await;
+    let addr = mcp.address();
+    let s = setup_with(move |config| config.outbound_allowed.push(addr)).await;
+    let server = s
+        .ok(
+            Method::POST,
+            "/api/v1/mcp-servers",
+            Some(json!({"name": "calc", "url": mcp.url()})),
+        )
+        .await;
+    let path = format!(
+        "/api/v1/mcp-servers/{}/import",
+        server["id"].as_str().unwrap()
+    );
+    let imports = (0..8).map(|_| {
+        s.call(
+            Method::POST,
+            &path,
+            Some(json!({"toolNames": ["add", "echo"]})),
+        )
+    });
+    let answers = futures::future::join_all(imports).await;
+    for answer in &answers {
+        assert_eq!(answer.status, 200, "{}", answer.text);
+    }
+    let library = s.ok(Method::GET, "/api/v1/tools", None).await;
+    assert_eq!(library.as_array().unwrap().len(), 2, "{library}");
+}
+
 #[tokio::test]
 async fn an_unreachable_mcp_server_fails_the_call_not_the_run() {
     let mcp = MockMcpServer::start().await;

@@ -293,6 +293,12 @@ impl Caller {
     }
 }
 
+/// The arguments of an operation that takes none: any given is refused, as the other
+/// operations refuse unknown ones.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NoArguments {}
+
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunRef {
@@ -401,6 +407,7 @@ impl BatonTools {
     async fn cancel_all_runs(
         &self,
         Extension(parts): Extension<Parts>,
+        Parameters(NoArguments {}): Parameters<NoArguments>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = Caller::of(&parts)?;
         let result = caller
@@ -424,6 +431,7 @@ impl BatonTools {
     async fn list_flows(
         &self,
         Extension(parts): Extension<Parts>,
+        Parameters(NoArguments {}): Parameters<NoArguments>,
     ) -> Result<CallToolResult, ErrorData> {
         let caller = Caller::of(&parts)?;
         let result = caller

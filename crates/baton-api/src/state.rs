@@ -134,6 +134,10 @@ pub struct AppParts {
     pub streams: StreamSlots,
     /// Whether Baton is past its capacity (load shedding).
     pub overload: Arc<Overload>,
+    /// Held while an MCP import plans and writes, so concurrent imports of the same tools
+    /// refresh what the first wrote instead of colliding with it (an admin operation: one lock
+    /// for the instance is enough).
+    pub(crate) mcp_imports: Arc<tokio::sync::Mutex<()>>,
 }
 const JWT_SECRET_NAME: &str = "jwt_signing_key";
 const MIN_JWT_SECRET_LEN: usize = 32;
@@ -196,6 +200,7 @@ impl AppState {
             streams: StreamSlots::new(config.limits.max_streams_per_tenant),
             config: Arc::new(config),
             metrics,
+            mcp_imports: Arc::default(),
         }));
         state.start_runtime_tasks();
         Ok(state)

@@ -268,6 +268,7 @@ pub async fn import_mcp_tools(
         chosen.push(valid);
     }
     // Every name is checked before the first write: a conflict imports none of them.
+    let _planning = state.mcp_imports.lock().await;
     let library = state.store.list_tools(tenant).await?;
     let mut plan = Vec::with_capacity(chosen.len());
     for (remote, mut tool) in body.tool_names.iter().zip(chosen) {
