@@ -766,6 +766,58 @@ async fn a_streamed_tool_run_relays_each_turns_text_as_it_arrives() {
     }
 }
 
+/// Every wire format's stream carries a turn's text and tool calls into the loop: the same
+/// streamed run through each provider's format.
+#[tokio::test]
+async fn streamed_tool_runs_relay_turns_in_every_wire_format() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({"name": "ping", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin())}))
+        .await;
+    for model in [
+        "anthropic/claude-haiku-4-5",
+        "google/gemini-2.5-flash",
+        "bedrock/amazon.nova-lite-v1:0",
+        "openai/gpt-4o-mini",
+    ] {
+        let flow = s
+            .flow(
+                &format!("Relay {}", model.replace(['/', '.', ':'], " ")),
+                json!({"template": "t", "toolIds": [id], "llm": model}),
+            )
+            .await;
+        s.mock.push(Reply::Answer {
+            text: "Checking.".into(),
+            tool_calls: vec![ToolCallReply {
+                id: "c1".into(),
+                name: "ping".into(),
+                arguments: json!({"n": 1}),
+            }],
+            tokens_in: 12,
+            tokens_out: 7,
+            model: None,
+            web_searches: 0,
+            citations: Vec::new(),
+        });
+        s.mock
+            .push(Reply::text("All fine over there.").with_usage(20, 6));
+        let before = s.host.requests().len();
+        let events = stream_run(&s, &flow, json!({"stream": true})).await;
+        let text: String = events
+            .iter()
+            .filter(|e| e["type"] == "contentDelta")
+            .map(|e| e["data"]["text"].as_str().unwrap())
+            .collect();
+        assert_eq!(text, "Checking.All fine over there.", "{model}");
+        assert_eq!(s.host.requests().len(), before + 1, "{model}: the tool ran");
+        let done = events.last().unwrap();
+        assert_eq!(done["type"], "requestCompleted", "{model}: {done}");
+        assert_eq!(done["data"]["totalTokensIn"], 32, "{model}");
+        assert_eq!(done["data"]["totalTokensOut"], 13, "{model}");
+        assert_eq!(done["data"]["totalToolCalls"], 1, "{model}");
+    }
+}
+
 /// A turn's stream that breaks after its first text fails the run, as a broken single call's
 /// stream does: the text already relayed stays relayed, and what it produced is billed.
 #[tokio::test]
