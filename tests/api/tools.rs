@@ -154,6 +154,18 @@ impl Setup {
         (sid, imported)
     }
 
+    /// `POST /mcp-servers/{sid}/discover`: the tools the server offers.
+    pub async fn discover(&self, sid: &str) -> Vec<Value> {
+        let found = self
+            .ok(
+                Method::POST,
+                &format!("/api/v1/mcp-servers/{sid}/discover"),
+                None,
+            )
+            .await;
+        found.as_array().unwrap().clone()
+    }
+
     pub async fn set_origins(&self, origins: Value) {
         self.ok(
             Method::PUT,
@@ -871,28 +883,14 @@ async fn mcp_servers_are_registered_discovered_imported_and_called() {
         "secrets are redacted"
     );
     let sid = server["id"].as_str().unwrap().to_string();
-    let found = s
-        .ok(
-            Method::POST,
-            &format!("/api/v1/mcp-servers/{sid}/discover"),
-            None,
-        )
-        .await;
-    let add = found
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "add")
-        .unwrap();
+    let found = s.discover(&sid).await;
+    let add = found.iter().find(|t| t["name"] == "add").unwrap();
     assert_eq!(add["alreadyImported"], false);
     assert!(add["inputSchema"]["properties"]["a"].is_object());
     let server = s
         .ok(Method::GET, &format!("/api/v1/mcp-servers/{sid}"), None)
         .await;
-    assert_eq!(
-        server["discoveredToolCount"],
-        found.as_array().unwrap().len()
-    );
+    assert_eq!(server["discoveredToolCount"], found.len());
     assert!(server["lastConnectedAt"].is_string());
 
     let unknown = s
@@ -959,17 +957,9 @@ async fn mcp_servers_are_registered_discovered_imported_and_called() {
             .unwrap()
             .is_empty()
     );
-    let found = s
-        .ok(
-            Method::POST,
-            &format!("/api/v1/mcp-servers/{sid}/discover"),
-            None,
-        )
-        .await;
+    let found = s.discover(&sid).await;
     assert!(
         found
-            .as_array()
-            .unwrap()
             .iter()
             .any(|t| t["name"] == "add" && t["alreadyImported"] == true)
     );
@@ -1066,12 +1056,7 @@ async fn mcp_records_keep_secrets_to_their_host_and_tools_their_server_names() {
         Some(json!({"name": "calc", "url": mcp.url(), "headers": {"authorization": "********"}})),
     )
     .await;
-    s.ok(
-        Method::POST,
-        &format!("/api/v1/mcp-servers/{sid}/discover"),
-        None,
-    )
-    .await;
+    s.discover(&sid).await;
     // It does not follow the record to another host.
     let moved = s
         .call(
@@ -1148,19 +1133,8 @@ async fn mcp_records_keep_secrets_to_their_host_and_tools_their_server_names() {
             .any(|m| m["content"].to_string().contains("contents of notes.txt"))
     );
     // The renamed tool is still this server's `echo`: discovered as imported, refreshed in place.
-    let found = s
-        .ok(
-            Method::POST,
-            &format!("/api/v1/mcp-servers/{sid}/discover"),
-            None,
-        )
-        .await;
-    let echo = found
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["name"] == "echo")
-        .unwrap();
+    let found = s.discover(&sid).await;
+    let echo = found.iter().find(|t| t["name"] == "echo").unwrap();
     assert_eq!(echo["alreadyImported"], true);
     let again = s
         .ok(

@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use baton_domain::tool::{
     DiscoveredTool, McpImportInput, McpServer, McpServerInput, REDACTED, Tool, ToolInput, ToolType,
-    mcp_local_name,
+    ValidMcpServer, mcp_local_name,
 };
 
 use crate::auth::Principal;
@@ -41,12 +41,7 @@ pub async fn create_mcp_server(
 ) -> ApiResult<(StatusCode, axum::Json<McpServer>)> {
     let server = body.validate()?;
     // `********` means "keep the stored value" on update; a new server has none to keep.
-    if let Some(name) = server
-        .headers
-        .iter()
-        .find(|(_, v)| *v == REDACTED)
-        .map(|(n, _)| n)
-    {
+    if let Some(name) = kept_header(&server) {
         return Err(ApiError::validation(
             format!("headers.{name}"),
             format!("'{REDACTED}' keeps a stored value on update; a new server has none"),
@@ -98,13 +93,7 @@ pub async fn update_mcp_server(
     let moved = url::Url::parse(&current.url)
         .map(|before| before.origin() != server.url.origin())
         .unwrap_or(true);
-    if moved
-        && let Some(name) = server
-            .headers
-            .iter()
-            .find(|(_, v)| *v == REDACTED)
-            .map(|(n, _)| n)
-    {
+    if moved && let Some(name) = kept_header(&server) {
         return Err(ApiError::validation(
             format!("headers.{name}"),
             "the url now points at another server: send the header's value again rather than \
@@ -197,6 +186,15 @@ pub async fn discover_mcp_tools(
             })
             .collect(),
     ))
+}
+
+/// The first header sent as `********` (asking to keep its stored value).
+fn kept_header(server: &ValidMcpServer) -> Option<&String> {
+    server
+        .headers
+        .iter()
+        .find(|(_, value)| *value == REDACTED)
+        .map(|(name, _)| name)
 }
 
 /// Whether `tool` is server `server`'s tool `remote`, imported (its name here may differ).
