@@ -366,17 +366,34 @@ async fn tool_header_values_are_redacted_and_kept_on_update() {
     assert_eq!(listed[0]["headers"]["X-Api-Key"], "********");
     let export = s.ok(Method::GET, "/api/v1/export", None).await;
     assert!(!export.to_string().contains(TOOL_HEADER));
+    // Under another case too (header names ignore it).
     let updated = s
         .ok(
             Method::PUT,
             &format!("/api/v1/tools/{id}"),
             Some(
                 json!({"name": "fixed", "toolType": "External", "webUrl": url,
-                        "description": "changed", "headers": {"X-Api-Key": "********"}}),
+                        "description": "changed", "headers": {"x-api-key": "********"}}),
             ),
         )
         .await;
-    assert_eq!(updated["headers"]["X-Api-Key"], "********");
+    assert_eq!(updated["headers"]["x-api-key"], "********");
+    // Not for another host: whoever edits the tool could collect the key there.
+    for moved in [
+        json!({"webUrl": "https://collector.example.com/hook"}),
+        json!({"webUrl": url, "webUrls": {"staging": "https://collector.example.com/hook"}}),
+    ] {
+        let mut body = json!({"name": "fixed", "toolType": "External",
+                              "headers": {"X-Api-Key": "********"}});
+        body.as_object_mut()
+            .unwrap()
+            .extend(moved.as_object().unwrap().clone());
+        let refused = s
+            .call(Method::PUT, &format!("/api/v1/tools/{id}"), Some(body))
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(refused["param"], "headers.X-Api-Key", "{moved}");
+    }
     let flow = s
         .flow(
             "Keyed",

@@ -161,9 +161,35 @@ pub async fn update_tool(
     Json(mut body): Json<ToolInput>,
 ) -> ApiResult<axum::Json<Tool>> {
     let stored = state.store.get_tool(&principal.tenant, &id).await?;
-    // A header sent back with the redacted value keeps its stored value.
+    // A header sent back with the redacted value keeps its stored value, but only for the
+    // hosts it was given for: pointed at a new one, it must be sent again.
+    let known: Vec<url::Origin> = endpoint_origins(
+        stored.config.web_url.as_deref(),
+        stored.config.web_urls.values(),
+        stored
+            .config
+            .environment_overrides
+            .values()
+            .map(|o| &o.web_url),
+    );
+    let new_host = endpoint_origins(
+        body.web_url.as_deref(),
+        body.web_urls.iter().flat_map(|urls| urls.values()),
+        body.environment_overrides
+            .iter()
+            .flat_map(|overrides| overrides.values().map(|o| &o.web_url)),
+    )
+    .into_iter()
+    .any(|origin| !known.contains(&origin));
     if let Some(headers) = body.headers.as_mut() {
         for (name, value) in headers.iter_mut() {
+            if value == REDACTED && new_host {
+                return Err(ApiError::validation(
+                    format!("headers.{name}"),
+                    "the tool now points at another host: send the header's value again rather \
+                     than keeping the stored one",
+                ));
+            }
             // Header names ignore case: `authorization` keeps `Authorization`'s value.
             if value == REDACTED
                 && let Some((_, kept)) = stored
@@ -194,6 +220,21 @@ pub async fn update_tool(
         .await?;
     state.engine.forget_tools(&principal.tenant);
     Ok(axum::Json(updated.redacted()))
+}
+
+/// The origins of a tool's absolute endpoints (relative ones are the caller's, at run time).
+fn endpoint_origins<'a>(
+    web_url: Option<&'a str>,
+    web_urls: impl Iterator<Item = &'a String>,
+    overrides: impl Iterator<Item = &'a String>,
+) -> Vec<url::Origin> {
+    web_url
+        .into_iter()
+        .chain(web_urls.map(String::as_str))
+        .chain(overrides.map(String::as_str))
+        .filter_map(|raw| url::Url::parse(raw.trim()).ok())
+        .map(|url| url.origin())
+        .collect()
 }
 
 #[utoipa::path(delete, path = "/api/v1/tools/{id}", tag = "tools",
