@@ -885,6 +885,12 @@ async fn a_stream_left_before_its_usage_is_billed_an_estimate() {
     );
     let run = stream_and_leave(&app, &key, "openai/gpt-4o-mini").await;
     assert_eq!(run.error_code.as_deref(), Some("CLIENT_DISCONNECTED"));
+    // The answer never finished: no finish reason is invented for it.
+    assert_eq!(run.finish_reason, None);
+    assert_eq!(
+        run.response.as_ref().unwrap().to_value()["finishReason"],
+        Value::Null
+    );
     // "be brief" + "Say hi": 14 characters, 4 tokens; the streamed part, at least one.
     assert_eq!(run.usage.tokens_in, 4, "{:?}", run.usage);
     assert!(run.usage.tokens_out >= 1, "{:?}", run.usage);

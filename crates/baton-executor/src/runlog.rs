@@ -107,9 +107,6 @@ pub(crate) fn estimated_output_tokens(partial: &InferenceResponse) -> u64 {
     )
 }
 
-/// Characters of the text in a logged request's messages (chat: `messages`; flow runs:
-/// `request.messages`): the strings under `content` and `text` keys, so roles, ids and image
-/// data are not counted.
 /// A run's response as the log keeps it.
 #[derive(serde::Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -117,11 +114,25 @@ struct LoggedResponse<'a> {
     text: &'a str,
     tool_calls: &'a [baton_domain::chat::ToolCall],
     citations: &'a [baton_domain::chat::Citation],
-    finish_reason: &'a str,
+    /// Null when the answer never finished (a stream cut short).
+    finish_reason: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     refusal: Option<&'a str>,
 }
 
+fn logged_response(response: &InferenceResponse, finish_reason: Option<&str>) -> RawJson {
+    RawJson::of(&LoggedResponse {
+        text: &response.text,
+        tool_calls: &response.tool_calls,
+        citations: &response.citations,
+        finish_reason,
+        refusal: response.refusal.as_deref(),
+    })
+}
+
+/// Characters of the text in a logged request's messages (chat: `messages`; flow runs:
+/// `request.messages`): the strings under `content` and `text` keys, so roles, ids and image
+/// data are not counted.
 fn prompt_chars(request: &Value) -> usize {
     fn text(value: &Value) -> usize {
         match value {
@@ -271,15 +282,10 @@ impl RunLog {
             record.pricing_uncertain = cost.pricing_uncertain;
             record.duration_ms = duration_ms;
             // A sink that keeps nothing (the invocation log off) reads no body: none is built.
-            record.response = self.writer.keeps_runs().then(|| {
-                RawJson::of(&LoggedResponse {
-                    text: &response.text,
-                    tool_calls: &response.tool_calls,
-                    citations: &response.citations,
-                    finish_reason: response.finish_reason.as_openai(),
-                    refusal: response.refusal.as_deref(),
-                })
-            });
+            record.response = self
+                .writer
+                .keeps_runs()
+                .then(|| logged_response(response, Some(response.finish_reason.as_openai())));
             record.completed_at = Some(Timestamp::now());
         }
     }
@@ -363,11 +369,14 @@ impl RunLog {
     /// A stream that ended early (client gone or upstream broken): what was produced is kept
     /// and billed, its usage estimated if the provider had reported none.
     /// Returns the usage the run is billed on (estimated when the provider reported none).
+    /// `finished`: whether the provider had sent its finish (a stream that ended well but whose
+    /// answer is refused); otherwise the logged finish reason is null, not an invented `stop`.
     pub fn finish_partial(
         &mut self,
         provider: &str,
         model: &str,
         partial: &InferenceResponse,
+        finished: bool,
         code: &str,
         message: &str,
     ) -> Usage {
@@ -404,6 +413,12 @@ impl RunLog {
         if let Some(record) = self.record.as_mut() {
             record.error_code = Some(code.to_string());
             record.error_message = Some(message.to_string());
+            if !finished {
+                record.finish_reason = None;
+                if record.response.is_some() {
+                    record.response = Some(logged_response(partial, None));
+                }
+            }
         }
         if estimated.is_some() {
             self.note_estimated_usage();

@@ -134,6 +134,7 @@ impl EventStream {
                 &self.call.provider_key,
                 &self.call.model,
                 &partial,
+                self.accumulator.is_finished(),
                 error.code(),
                 &error.to_string(),
             );
@@ -267,6 +268,7 @@ impl Drop for EventStream {
                 &self.call.provider_key,
                 &self.call.model,
                 &partial,
+                self.accumulator.is_finished(),
                 code,
                 message,
             );
@@ -383,7 +385,7 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
                                         }
                                     }
                                     Some(error) => {
-                                        log.finish_partial(&s.call.provider_key, &s.call.model, &response, error.code(), &error.to_string());
+                                        log.finish_partial(&s.call.provider_key, &s.call.model, &response, true, error.code(), &error.to_string());
                                         log.flush().await;
                                     }
                                 }

@@ -421,6 +421,7 @@ impl ChunkStream {
             &self.call.provider_key,
             &self.call.model,
             &partial,
+            self.accumulator.is_finished(),
             code,
             message,
         );
