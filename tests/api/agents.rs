@@ -246,6 +246,55 @@ async fn a_three_level_agent_tree_runs_and_its_costs_add_up() {
     assert!(results[0]["content"].to_string().contains("(checked)"));
 }
 
+/// A sub-agent that fails after spending: its subtree's spend is billed on its rows, and the
+/// request's totals include it (the tool call's `childCreditsUsed`, `agentFailed`, the run's
+/// `totalCreditsUsed`, `requestCompleted` agreeing with the last `usageUpdate`).
+#[tokio::test]
+async fn a_failed_sub_agents_spend_is_in_the_trees_totals() {
+    let s = setup().await;
+    let root = s.editor_tree().await;
+    let c = credits_per_call(&s).await;
+    let script = || {
+        s.mock
+            .push(calls(&[("r1", "researcher", json!({"input": "facts"}))]));
+        s.mock
+            .push(calls(&[("f1", "fact_checker", json!({"input": "2015?"}))]));
+        s.mock.push(Reply::text("Yes."));
+        s.mock.push(Reply::status(
+            400,
+            "the researcher's second turn is refused",
+        ));
+        s.mock.push(Reply::text("Went on without the researcher."));
+    };
+    script();
+    let run = s
+        .run(&root.0, json!({"parameters": {"topic": "rust"}}), &[])
+        .await;
+    let call = &run["toolCalls"][0];
+    assert_eq!(call["status"], "failed", "{run}");
+    assert_eq!(call["childCreditsUsed"], 2 * c, "{run}");
+    assert_eq!(run["usage"]["totalCreditsUsed"], 4 * c, "{run}");
+    let child = wait_for_run(&s.app, call["childRequestId"].as_str().unwrap()).await;
+    assert_eq!(child.cost_credits, c, "the child's own call");
+
+    script();
+    let response = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true, "parameters": {"topic": "rust"}}))
+        .send()
+        .await
+        .unwrap();
+    let events = events_of(&response.text().await.unwrap());
+    let last = |t: &str| events.iter().rev().find(|e| e["type"] == t).unwrap();
+    assert_eq!(last("agentFailed")["data"]["totalCreditsUsed"], 2 * c);
+    assert_eq!(last("toolFailed")["data"]["childCreditsUsed"], 2 * c);
+    assert_eq!(last("requestCompleted")["data"]["totalCreditsUsed"], 4 * c);
+    assert_eq!(last("usageUpdate")["data"]["cumulativeCreditsUsed"], 4 * c);
+}
+
 /// A sub-agent whose flow is in Route mode runs the template its classifier picks, as a flow
 /// run would; the classifier's call is a child of the sub-agent's run, and its cost is in the
 /// sub-agent's subtree and the request's total.

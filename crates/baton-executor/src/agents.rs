@@ -383,7 +383,7 @@ impl TreeRunner {
         // only a cancel of the sub-agent alone is reported here (`error` RUN_CANCELLED).
         let cancelled = match &outcome {
             Ok(result) => result.warnings.iter().any(|w| w.code == CANCELLED_WARNING),
-            Err(error) => matches!(error, ExecutorError::Cancelled),
+            Err(failure) => matches!(failure.error, ExecutorError::Cancelled),
         };
         if cancelled {
             let alone = !self.ancestor_cancelled().await;
@@ -408,10 +408,11 @@ impl TreeRunner {
                                "childAgentCount": spawned}),
                     )
                 }
-                Err(error) => (
-                    error.to_string(),
+                Err(failure) => (
+                    failure.error.to_string(),
                     String::new(),
-                    json!({"totalCreditsUsed": 0, "directCreditsUsed": 0, "inferenceCount": 0,
+                    json!({"totalCreditsUsed": failure.tree_credits.saturating_add(child.classifier_credits),
+                           "directCreditsUsed": 0, "inferenceCount": 0,
                            "toolCallCount": 0, "childAgentCount": 0}),
                 ),
             };
@@ -463,18 +464,23 @@ impl TreeRunner {
                     child_credits: tree_credits,
                 }
             }
-            Err(error) => {
+            Err(failure) => {
+                let error = failure.error;
+                // What the child's subtree spent before failing is billed on its rows: the
+                // parent's totals include it, as they would had it answered.
+                let tree_credits = failure
+                    .tree_credits
+                    .saturating_add(child.classifier_credits);
                 self.events.emit(
                     "agentFailed",
                     json!({"childRequestId": child.id, "agentRole": role, "durationMs": duration_ms(),
-                           "code": error.code(), "message": error.to_string(), "status": "failed"}),
+                           "code": error.code(), "message": error.to_string(), "status": "failed",
+                           "totalCreditsUsed": tree_credits}),
                 );
                 AgentOutcome {
                     result: Err(format!("agent '{role}' failed: {error}")),
                     child_request_id: Some(child.id),
-                    // What the child spent before failing is logged on its run (and its
-                    // classifier's on that one).
-                    child_credits: 0,
+                    child_credits: tree_credits,
                 }
             }
         }

@@ -704,8 +704,22 @@ pub struct ToolRunResult {
     pub inferences: u32,
 }
 
+/// A run that failed, with what its subtree had spent by then (its own calls and its
+/// sub-agents'), which its parent's totals include: the spend is billed on the logged rows.
+#[derive(Debug)]
+pub struct RunFailure {
+    pub error: ExecutorError,
+    pub tree_credits: i64,
+}
+
+impl From<RunFailure> for ExecutorError {
+    fn from(failure: RunFailure) -> ExecutorError {
+        failure.error
+    }
+}
+
 /// Runs the loop, logs the run (with its tool calls and events) and emits the closing events.
-pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
+pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
     let ToolRunInput {
         engine,
         tenant,
@@ -916,7 +930,10 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
                 if is_root {
                     events.close();
                 }
-                return Err(error);
+                return Err(RunFailure {
+                    error,
+                    tree_credits,
+                });
             }
             // Output so far is kept and billed: the run succeeded, with a warning.
             let served = served
@@ -968,6 +985,10 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             inferences,
             ..
         }) => {
+            let tree_credits = tool_calls
+                .iter()
+                .filter_map(|c| c.child_credits_used)
+                .fold(cost.billed.0, i64::saturating_add);
             if is_root {
                 let (code, message) = (error.code(), error.to_string());
                 events.emit(
@@ -990,7 +1011,10 @@ pub async fn run(input: ToolRunInput) -> ExecutorResult<ToolRunResult> {
             if is_root {
                 events.close();
             }
-            Err(error)
+            Err(RunFailure {
+                error,
+                tree_credits,
+            })
         }
     }
 }
