@@ -390,57 +390,92 @@ async fn a_sub_agent_in_route_mode_runs_the_template_its_classifier_picks() {
     );
 }
 
-/// A Route-mode classifier's call is part of the request: it counts against
-/// `maxCostPerRequestCredits` before the tool loop's first call.
+/// A Route-mode classifier's call is part of the request, whether the chosen template has tools
+/// or not: it counts against `maxCostPerRequestCredits` before the template's first call, and
+/// in `requestCompleted`'s totals (a call, its tokens, a run one level down).
 #[tokio::test]
-async fn a_route_classifier_counts_against_the_cost_ceiling() {
+async fn a_route_classifier_counts_against_the_cost_ceiling_and_in_the_totals() {
     let s = setup().await;
+    let c = credits_per_call(&s).await;
     let echo = s
         .tool(json!({"name": "echo", "toolType": "External",
                      "webUrl": format!("{}/echo", s.host.origin())}))
         .await;
-    let desk = s.empty_flow("Triage").await;
-    s.ok(
-        Method::PUT,
-        &format!(
-            "/api/v1/flows/{}/versions/{}/templates/billing",
-            desk.0, desk.1
-        ),
-        Some(
-            json!({"description": "Invoices", "template": "You handle billing.",
-                    "toolIds": [echo], "llm": "openai/gpt-4o-mini"}),
-        ),
-    )
-    .await;
-    s.finish_flow(
-        &desk,
-        json!({"description": "Technical problems", "template": "You fix things.",
-               "toolIds": [echo], "llm": "openai/gpt-4o-mini"}),
-    )
-    .await;
-    s.ok(
-        Method::PUT,
-        &format!("/api/v1/flows/{}", desk.0),
-        Some(json!({"executionMode": "Route", "classifierModel": "openai/gpt-4o-mini"})),
-    )
-    .await;
-    s.mock.push(Reply::text("billing"));
-    s.mock.push(Reply::text("never asked"));
-    let before = s.mock.received().len();
-    // The smallest ceiling: the classifier's call alone reaches it.
-    s.app
-        .post(
-            &format!("/api/v1/flows/{}/runs", desk.0),
-            &s.key,
-            json!({"maxCostPerRequestCredits": 1}),
+    for tools in [json!([echo]), json!([])] {
+        let desk = s.empty_flow("Triage").await;
+        s.ok(
+            Method::PUT,
+            &format!(
+                "/api/v1/flows/{}/versions/{}/templates/billing",
+                desk.0, desk.1
+            ),
+            Some(
+                json!({"description": "Invoices", "template": "You handle billing.",
+                        "toolIds": tools, "llm": "openai/gpt-4o-mini"}),
+            ),
         )
-        .await
-        .error(402, "COST_LIMIT_EXCEEDED");
-    assert_eq!(
-        s.mock.received().len(),
-        before + 1,
-        "only the classifier was called"
-    );
+        .await;
+        s.finish_flow(
+            &desk,
+            json!({"description": "Technical problems", "template": "You fix things.",
+                   "toolIds": tools, "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+        s.ok(
+            Method::PUT,
+            &format!("/api/v1/flows/{}", desk.0),
+            Some(json!({"executionMode": "Route", "classifierModel": "openai/gpt-4o-mini"})),
+        )
+        .await;
+        let runs = format!("/api/v1/flows/{}/runs", desk.0);
+        // The smallest ceiling: the classifier's call alone reaches it.
+        s.mock.push(Reply::text("billing"));
+        let before = s.mock.received().len();
+        s.app
+            .post(&runs, &s.key, json!({"maxCostPerRequestCredits": 1}))
+            .await
+            .error(402, "COST_LIMIT_EXCEEDED");
+        assert_eq!(
+            s.mock.received().len(),
+            before + 1,
+            "{tools}: only the classifier"
+        );
+        // Streamed: the stream says so.
+        s.mock.push(Reply::text("billing"));
+        let events = s
+            .app
+            .post_events(
+                &runs,
+                &s.key,
+                json!({"stream": true, "maxCostPerRequestCredits": 1}),
+            )
+            .await;
+        let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+        assert!(
+            types.ends_with(&["error", "requestFailed"]),
+            "{tools}: {types:?}"
+        );
+        let error = events.iter().find(|e| e["type"] == "error").unwrap();
+        assert_eq!(error["data"]["code"], "COST_LIMIT_EXCEEDED", "{tools}");
+        assert_eq!(
+            s.mock.received().len(),
+            before + 2,
+            "{tools}: only the classifiers"
+        );
+        // Within the ceiling, the totals count the classifier's call.
+        s.mock.push(Reply::text("billing"));
+        s.mock.push(Reply::text("Your invoice is fine."));
+        let events = s
+            .app
+            .post_events(&runs, &s.key, json!({"stream": true}))
+            .await;
+        let done = &events.last().unwrap()["data"];
+        assert_eq!(done["totalCreditsUsed"], 2 * c, "{tools}: {done}");
+        assert_eq!(done["totalInferenceCount"], 2, "{tools}: {done}");
+        assert_eq!(done["totalTokensIn"], 20, "{tools}: {done}");
+        assert_eq!(done["totalTokensOut"], 10, "{tools}: {done}");
+        assert_eq!(done["maxDepthReached"], 1, "{tools}: {done}");
+    }
 }
 
 #[tokio::test]

@@ -71,6 +71,7 @@ fn emit(c: &mut Criterion) {
         inference_id: "0193b2c4-7e1a-7000-8000-00000000002b".into(),
         was_cached: false,
         was_fallback: false,
+        earlier_call: None,
     };
     let response = InferenceResponse {
         model: "gpt-4.1-mini".into(),

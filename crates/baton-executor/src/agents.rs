@@ -124,13 +124,22 @@ impl TreeRunner {
             deadline: self.scope.deadline,
             holds_budget: false,
         };
-        let (template_name, classifier_credits, classifier_warning) = engine
+        let (template_name, classifier, classifier_warning) = engine
             .choose_template(&self.tenant, flow, &compiled, &values, parent, &pricing)
             .await
             .map_err(|e| format!("the flow '{}' could not pick a template: {e}", flow.name))?
             .resolve(&compiled.version.entrypoint);
-        // In the tree's tally, so the request's cost ceiling counts it.
+        let classifier_credits = classifier.map_or(0, |c| c.credits);
+        // In the tree's tally, so the request's cost ceiling counts it, and in its totals (a
+        // call, its tokens, a run one level below this sub-agent).
         self.scope.charge(classifier_credits);
+        if let Some(classifier) = classifier {
+            self.events
+                .add_tree_tokens(classifier.usage.tokens_in, classifier.usage.tokens_out);
+            self.scope
+                .deepest
+                .fetch_max(depth + 1, std::sync::atomic::Ordering::Relaxed);
+        }
         let template = compiled
             .version
             .template(&template_name)

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use baton_domain::Timestamp;
-use baton_domain::chat::{InferenceResponse, ToolCall};
+use baton_domain::chat::{InferenceResponse, ToolCall, Usage};
 use baton_domain::credits::Credits;
 use baton_domain::run::{RawJson, RunWarning, StoredEvent};
 use baton_providers::routing::{Chain, ChainModel};
@@ -453,6 +453,16 @@ pub struct CallInfo {
     pub inference_id: String,
     pub was_cached: bool,
     pub was_fallback: bool,
+    /// A call made for the request before this one (a Route classifier's, logged as a child
+    /// run one level down): `requestCompleted`'s totals include it.
+    pub earlier_call: Option<EarlierCall>,
+}
+
+/// What a call made before a request's own one spent.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EarlierCall {
+    pub credits: i64,
+    pub usage: Usage,
 }
 
 impl CallInfo {
@@ -476,6 +486,7 @@ impl CallInfo {
             inference_id: uuid::Uuid::now_v7().to_string(),
             was_cached: false,
             was_fallback: false,
+            earlier_call: None,
         }
     }
 
@@ -613,22 +624,31 @@ pub struct TextResult<'a> {
     refusal: Option<&'a str>,
 }
 
-/// `requestCompleted` of a request made of one model call.
-pub fn request_completed(
-    response: &InferenceResponse,
+/// `requestCompleted` of a request made of one model call (and `call.earlier_call`'s).
+pub fn request_completed<'a>(
+    call: &CallInfo,
+    response: &'a InferenceResponse,
     credits: Credits,
     duration_ms: u64,
-) -> RequestCompleted<'_> {
+) -> RequestCompleted<'a> {
+    let earlier = call.earlier_call.unwrap_or_default();
+    let credits = Credits(credits.0.saturating_add(earlier.credits));
     RequestCompleted {
         duration_ms,
         total_credits_used: credits.0,
         total_cost_usd: credits.to_usd(),
-        total_tokens_in: response.usage.tokens_in,
-        total_tokens_out: response.usage.tokens_out,
-        total_inference_count: 1,
+        total_tokens_in: response
+            .usage
+            .tokens_in
+            .saturating_add(earlier.usage.tokens_in),
+        total_tokens_out: response
+            .usage
+            .tokens_out
+            .saturating_add(earlier.usage.tokens_out),
+        total_inference_count: 1 + u32::from(call.earlier_call.is_some()),
         total_tool_calls: response.tool_calls.len(),
         total_agent_spawns: 0,
-        max_depth_reached: 0,
+        max_depth_reached: u32::from(call.earlier_call.is_some()),
         result: TextResult {
             text_response: &response.text,
             tool_calls: &response.tool_calls,
@@ -664,7 +684,7 @@ pub fn record_call_outcome(
             );
             events.record(
                 "requestCompleted",
-                request_completed(response, credits, elapsed),
+                request_completed(call, response, credits, elapsed),
             );
         }
         Err(err) => emit_failure(events, err.code(), &err.to_string()),

@@ -27,8 +27,12 @@ use tracing::Instrument;
 
 use crate::engine::{CompiledVersion, Engine};
 use crate::error::{ExecutorError, ExecutorResult};
-use crate::events::{CallInfo, EventLog, EventOptions, record_call_outcome, record_call_started};
-use crate::gateway::{RequestTimeouts, answer, check_model, check_rate_limit, opening, plan_chain};
+use crate::events::{
+    CallInfo, EarlierCall, EventLog, EventOptions, record_call_outcome, record_call_started,
+};
+use crate::gateway::{
+    Failure, RequestTimeouts, answer, check_model, check_rate_limit, opening, plan_chain, refused,
+};
 use crate::runlog::{Pricing, RunLog};
 use crate::stream::{EventStream, envelopes};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
@@ -266,10 +270,11 @@ impl Engine {
             deadline: None,
             holds_budget: true,
         };
-        let (template_name, classifier_credits, classifier_warning) = self
+        let (template_name, classifier, classifier_warning) = self
             .choose_template(&tenant, flow, &compiled, &values, parent, &pricing)
             .await?
             .resolve(&compiled.version.entrypoint);
+        let classifier_credits = classifier.map_or(0, |c| c.credits);
         let template = compiled.version.template(&template_name).ok_or_else(|| {
             ExecutorError::validation(
                 "environment",
@@ -404,6 +409,14 @@ impl Engine {
             environment: environment.clone(),
             template_name: template_name.clone(),
         };
+        // A request may lower the tenant's ceiling, never raise it.
+        let budget = match (
+            settings.max_cost_per_request_credits,
+            body.max_cost_per_request_credits,
+        ) {
+            (Some(tenant), Some(request)) => Some(tenant.min(request)),
+            (tenant, request) => tenant.or(request),
+        };
         if !tools.is_empty() {
             let original_input: Vec<String> = request
                 .messages
@@ -411,14 +424,6 @@ impl Engine {
                 .filter(|m| m.role == Role::User)
                 .map(Message::joined_text)
                 .collect();
-            // A request may lower the tenant's ceiling, never raise it.
-            let budget = match (
-                settings.max_cost_per_request_credits,
-                body.max_cost_per_request_credits,
-            ) {
-                (Some(tenant), Some(request)) => Some(tenant.min(request)),
-                (tenant, request) => tenant.or(request),
-            };
             let live = stream.then(mpsc::unbounded_channel);
             let shows_errors = body
                 .stream_options
@@ -473,8 +478,18 @@ impl Engine {
                 )
                 .with_deadline(deadline),
             };
-            // The classifier's call counts against the request's cost ceiling too.
+            // The classifier's call counts against the request's cost ceiling too, and in the
+            // tree's totals (a call, its tokens, a run one level down).
             input.scope.charge(classifier_credits);
+            if let Some(classifier) = classifier {
+                input
+                    .events
+                    .add_tree_tokens(classifier.usage.tokens_in, classifier.usage.tokens_out);
+                input
+                    .scope
+                    .deepest
+                    .fetch_max(1, std::sync::atomic::Ordering::Relaxed);
+            }
             if let Some(receiver) = receiver {
                 let usage = usage_every.map(|every| UsageTicks {
                     every,
@@ -526,6 +541,7 @@ impl Engine {
         let mut call = CallInfo {
             flow_name: Some(flow.name.clone()),
             warnings: warnings.clone(),
+            earlier_call: classifier,
             ..CallInfo::for_chain(
                 &plan.chain,
                 plan.chain.requested.clone(),
@@ -533,11 +549,19 @@ impl Engine {
                 0,
             )
         };
+        // The request's cost ceiling is checked before its model call, as before every call
+        // of a run with tools: a classifier may have spent it already.
+        let over_budget = budget
+            .filter(|budget| classifier_credits >= *budget)
+            .map(|budget| ExecutorError::CostLimitExceeded { budget });
 
         if stream {
             let options = body.stream_options.unwrap_or_default();
             let events = self.event_log(run_id.clone());
-            let opening = opening(self.clone(), tenant.clone(), plan, request);
+            let opening = match over_budget {
+                Some(error) => refused(error),
+                None => opening(self.clone(), tenant.clone(), plan, request),
+            };
             let limits = &self.config().limits;
             let stream = EventStream::new(opening, events, options, log, pricing, call, schema)
                 .with_deadline(
@@ -550,6 +574,11 @@ impl Engine {
         // The lifecycle is stored with the run, as for every request (DESIGN.md "Streams").
         let mut events = self.event_log(run_id.clone());
         record_call_started(&mut events, &call);
+        if let Some(error) = over_budget {
+            record_call_outcome(&mut events, &call, Err(&error));
+            log.attach_events(events.take_stored());
+            return Err(Failure::from(error).log(log).await);
+        }
         let answer = match answer(
             self,
             &tenant,
@@ -742,10 +771,14 @@ impl Engine {
             .iter()
             .find(|t| t.name == reply)
             .or_else(|| described.iter().find(|t| reply.contains(t.name.as_str())));
+        let spend = EarlierCall {
+            credits: cost.billed.0,
+            usage: response.usage,
+        };
         Ok(match chosen {
             Some(template) => Choice::Classified {
                 name: template.name.clone(),
-                credits: cost.billed.0,
+                spend,
             },
             None => {
                 tracing::debug!(
@@ -754,7 +787,7 @@ impl Engine {
                 );
                 Choice::Classified {
                     name: compiled.version.entrypoint.clone(),
-                    credits: cost.billed.0,
+                    spend,
                 }
             }
         })
@@ -819,22 +852,26 @@ impl Answered {
 /// Which template a run executes.
 pub(crate) enum Choice {
     Entrypoint,
-    /// The classifier's pick and what its call cost.
+    /// The classifier's pick and what its call spent.
     Classified {
         name: String,
-        credits: i64,
+        spend: EarlierCall,
     },
     /// The classifier's model failed upstream: the entrypoint runs, with this warning.
     Unclassified(RunWarning),
 }
 
 impl Choice {
-    /// The template to run, what the classifier cost, and a warning if it could not choose.
-    pub(crate) fn resolve(self, entrypoint: &str) -> (String, i64, Option<RunWarning>) {
+    /// The template to run, what the classifier spent (if it answered), and a warning if it
+    /// could not choose.
+    pub(crate) fn resolve(
+        self,
+        entrypoint: &str,
+    ) -> (String, Option<EarlierCall>, Option<RunWarning>) {
         match self {
-            Choice::Entrypoint => (entrypoint.to_string(), 0, None),
-            Choice::Classified { name, credits } => (name, credits, None),
-            Choice::Unclassified(warning) => (entrypoint.to_string(), 0, Some(warning)),
+            Choice::Entrypoint => (entrypoint.to_string(), None, None),
+            Choice::Classified { name, spend } => (name, Some(spend), None),
+            Choice::Unclassified(warning) => (entrypoint.to_string(), None, Some(warning)),
         }
     }
 }

@@ -403,6 +403,15 @@ pub fn opening(
     )
 }
 
+/// An [`Opening`] that fails at once with `error` (refused before any model is called).
+pub fn refused(error: ExecutorError) -> Opening {
+    Box::pin(std::future::ready((
+        Err(Failure::from(error)),
+        Routed::Nothing,
+        None,
+    )))
+}
+
 async fn open_stream_unlogged(
     engine: &Engine,
     tenant: &TenantId,

@@ -249,6 +249,7 @@ impl EventStream {
     fn request_completed(&mut self, response: &InferenceResponse) -> Option<Value> {
         let credits = self.cost(&response.usage);
         let data = data_value(&request_completed(
+            &self.call,
             response,
             credits,
             self.events.elapsed_ms(),
