@@ -64,13 +64,13 @@ async fn discover_lists_every_tool_with_its_schema() {
         url: &url,
         headers: &headers,
     };
-    // The mock answers two tools a page: five tools means the cursors were followed.
+    // The mock answers two tools a page: six tools means the cursors were followed.
     let tools = mcp::discover(&client_for(server.address()), endpoint, TIMEOUT)
         .await
         .unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["add", "big", "echo", "fail", "slow"]);
+    assert_eq!(names, ["add", "big", "echo", "fail", "files.read", "slow"]);
 
     let add = tools.iter().find(|t| t.name == "add").unwrap();
     assert_eq!(add.description.as_deref(), Some("Adds two numbers"));
@@ -133,7 +133,7 @@ async fn configured_headers_are_sent_on_every_request() {
         headers: &with,
     };
     let tools = mcp::discover(&client, endpoint, TIMEOUT).await.unwrap();
-    assert_eq!(tools.len(), 5);
+    assert_eq!(tools.len(), 6);
     // Initialize, initialized, three pages and the session's streams: all carried the header.
     let tenant = server.seen_header("x-tenant");
     assert!(tenant.len() >= 5, "{tenant:?}");
