@@ -865,6 +865,64 @@ async fn stream_sleeping_tree(s: &Setup, last: &str) -> (reqwest::Response, Stri
     (response, run_id)
 }
 
+/// A run cancelled while its model answers with tool calls stops before running them; its log
+/// keeps that answer as it stood (its tool calls, finish reason `tool_calls`), as the stored
+/// `agentInferenceCompleted` says.
+#[tokio::test]
+async fn a_run_cancelled_before_its_tool_calls_keeps_the_answer_that_asked_for_them() {
+    let s = setup().await;
+    let echo = s
+        .tool(json!({"name": "echo", "toolType": "External",
+                     "webUrl": format!("{}/echo", s.host.origin())}))
+        .await;
+    let flow = s
+        .flow(
+            "Asker",
+            json!({"template": "t", "toolIds": [echo], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(Reply::Delayed(
+        std::time::Duration::from_secs(3),
+        Box::new(calls(&[("e1", "echo", json!({}))])),
+    ));
+    let response = s
+        .app
+        .client
+        .post(format!("{}/api/v1/flows/{flow}/runs", s.app.address))
+        .bearer_auth(&s.key)
+        .json(&json!({"stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let run_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while s
+        .app
+        .get(&format!("/api/v1/runs/{run_id}"), &s.key)
+        .await
+        .status
+        != 200
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let cancel = s
+        .app
+        .post(&format!("/api/v1/runs/{run_id}/cancel"), &s.key, json!({}))
+        .await;
+    assert_eq!(cancel.status, 202, "{}", cancel.text);
+    let _ = response.text().await.unwrap();
+    assert!(s.host.requests().is_empty(), "the calls never ran");
+    let run = wait_for_run(&s.app, &run_id).await;
+    assert!(run.cancelled_at.is_some());
+    assert_eq!(run.finish_reason.as_deref(), Some("tool_calls"));
+    let answer = run.response.as_ref().unwrap().to_value();
+    assert_eq!(answer["toolCalls"][0]["name"], "echo", "{answer}");
+}
+
 /// A root whose sub-agent sleeps in a tool; the root is cancelled (through `cancel_via`, else
 /// the instance running it) while the tool runs.
 async fn cancel_mid_tree(s: &Setup, cancel_via: Option<&str>) {

@@ -199,7 +199,14 @@ async fn usage_per_customer_and_summary_over_a_period() {
     child.depth = 1;
     let long_ago = baton_domain::Timestamp(chrono::Utc::now() - chrono::Duration::days(40));
     let old = record(&uuid::Uuid::now_v7().to_string(), long_ago, 1_000_000);
-    app.store.write_runs(&[child, old], &[]).await.unwrap();
+    // A request still running: not counted until it finishes, as in the statistics.
+    let mut running = record(&uuid::Uuid::now_v7().to_string(), a1.created_at, 0);
+    running.status = baton_domain::run::RunStatus::Pending;
+    running.served_model = None;
+    app.store
+        .write_runs(&[child, old, running], &[])
+        .await
+        .unwrap();
     app.post("/api/v1/customers/cus_c/deactivate", &key, json!({}))
         .await;
 

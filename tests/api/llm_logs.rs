@@ -682,6 +682,37 @@ async fn hierarchy_events_and_stats_of_a_three_level_agent_tree() {
             .filter(|t| **t == "agentInferenceCompleted")
             .count()
     );
+    // With the events' own filter, over the same events; unknown parameters are refused.
+    let agents = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{root_id}/events/stats?types=agent.*"),
+            None,
+        )
+        .await;
+    assert_eq!(agents["counts"]["agentStarted"], 2);
+    assert!(
+        agents["counts"].get("requestCompleted").is_none(),
+        "{agents}"
+    );
+    let counted: u64 = agents["counts"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v.as_u64().unwrap())
+        .sum();
+    assert_eq!(agents["total"], counted);
+    for (query, param) in [("types=bad%20type!", "types"), ("foo=1", "foo")] {
+        let refused = s
+            .call(
+                Method::GET,
+                &format!("/api/v1/llm-logs/{root_id}/events/stats?{query}"),
+                None,
+            )
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(refused["param"], param, "{query}");
+    }
 }
 
 /// Every request stores its lifecycle events, whatever its kind and format (DESIGN.md

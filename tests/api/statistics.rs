@@ -467,6 +467,22 @@ async fn flow_statistics_match_the_seeded_runs() {
     app.get("/api/v1/statistics/flow/nope", &key)
         .await
         .error(404, "NOT_FOUND");
+
+    // A deleted flow keeps its statistics, by its id as by its slug.
+    let support = app.get("/api/v1/flows/support", &key).await.json();
+    let id = support["id"].as_str().unwrap();
+    let before = app
+        .get("/api/v1/statistics/flow/support", &key)
+        .await
+        .json();
+    assert_eq!(app.delete("/api/v1/flows/support", &key).await.status, 204);
+    for name in ["support", id] {
+        let after = app
+            .get(&format!("/api/v1/statistics/flow/{name}"), &key)
+            .await;
+        assert_eq!(after.status, 200, "{name}: {}", after.text);
+        assert_eq!(after.json()["calls"], before["calls"], "{name}");
+    }
 }
 
 #[tokio::test]

@@ -830,6 +830,53 @@ async fn streamed_tool_runs_relay_turns_in_every_wire_format() {
     }
 }
 
+/// A failed run that spent is reported under the model whose answers it was billed for (per
+/// model statistics count it there); one whose model never answered names no served model and
+/// has no price to be uncertain of.
+#[tokio::test]
+async fn failed_runs_name_the_model_they_were_billed_for() {
+    let s = setup().await;
+    let id = s
+        .tool(json!({"name": "ping", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin())}))
+        .await;
+    let flow = s
+        .flow(
+            "Half way",
+            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await;
+    s.mock.push(calls(&[("c1", "ping", json!({}))]));
+    s.mock
+        .push(Reply::status(400, "the second turn is refused"));
+    let failed = s
+        .call(
+            Method::POST,
+            &format!("/api/v1/flows/{flow}/runs"),
+            Some(json!({})),
+        )
+        .await;
+    assert!(failed.status.is_client_error() || failed.status.is_server_error());
+    let run_id = failed.headers["x-request-id"].to_str().unwrap();
+    let run = wait_for_run(&s.app, run_id).await;
+    assert!(run.cost_credits > 0, "the first turn is billed");
+    assert_eq!(run.served_model.as_deref(), Some("openai/gpt-4o-mini"));
+
+    s.mock.push(Reply::status(400, "no such model here"));
+    let refused = s
+        .call(
+            Method::POST,
+            "/api/v1/chat/completions",
+            Some(json!({"model": "openai/not-in-the-catalogue",
+                        "messages": [{"role": "user", "content": "hi"}]})),
+        )
+        .await;
+    assert!(refused.status.is_client_error() || refused.status.is_server_error());
+    let run = wait_for_run(&s.app, refused.headers["x-request-id"].to_str().unwrap()).await;
+    assert_eq!(run.served_model, None);
+    assert_eq!(run.cost_credits, 0);
+    assert!(!run.pricing_uncertain, "nothing was priced");
+}
+
 /// A turn's stream that breaks after its first text fails the run, as a broken single call's
 /// stream does: the text already relayed stays relayed, and what it produced is billed.
 #[tokio::test]

@@ -309,9 +309,21 @@ impl RunLog {
     }
 
     /// A multi-call request that failed after spending `cost` on earlier calls.
-    pub async fn fail_priced(mut self, error: &ExecutorError, usage: Usage, cost: Cost) {
+    /// `served`: `(provider, model)` of the model whose answers were billed, if any answered:
+    /// reports per served model count a failed run's spend under it.
+    pub async fn fail_priced(
+        mut self,
+        served: Option<(&str, &str)>,
+        error: &ExecutorError,
+        usage: Usage,
+        cost: Cost,
+    ) {
         let duration_ms = self.elapsed_ms();
         if let Some(record) = self.record.as_mut() {
+            if let Some((provider, model)) = served {
+                record.provider = Some(provider.to_string());
+                record.served_model = Some(format!("{provider}/{model}"));
+            }
             record.status = RunStatus::Failed;
             record.error_code = Some(error.code().to_string());
             record.error_message = Some(error.to_string());
@@ -326,10 +338,14 @@ impl RunLog {
     }
 
     /// A request that got no answer. `spent` is what failed attempts still cost (a structured
-    /// answer that was invalid twice); it is priced and billed.
+    /// answer that was invalid twice); it is priced and billed, under the model that answered.
+    /// A model that spent nothing (it refused or failed) served nothing: no served model, and no
+    /// price of its to be uncertain of.
     pub async fn fail(mut self, model: Option<(&str, &str)>, error: &ExecutorError, spent: Usage) {
         let duration_ms = self.elapsed_ms();
-        let cost = model.map(|(provider, model)| self.pricing.cost(provider, model, model, &spent));
+        let answered = model.filter(|_| spent != Usage::default());
+        let cost =
+            answered.map(|(provider, model)| self.pricing.cost(provider, model, model, &spent));
         if let Some(record) = self.record.as_mut() {
             record.status = RunStatus::Failed;
             record.error_code = Some(error.code().to_string());
@@ -338,6 +354,9 @@ impl RunLog {
             record.completed_at = Some(Timestamp::now());
             if let Some((provider, _)) = model {
                 record.provider = Some(provider.to_string());
+            }
+            if let Some((provider, model)) = answered {
+                record.served_model = Some(format!("{provider}/{model}"));
             }
             if let Some(cost) = cost {
                 record.usage = spent;

@@ -72,6 +72,9 @@ pub struct LoopFailure<E> {
     pub inferences: u32,
     /// The last answer's text (empty when none had text).
     pub last_text: String,
+    /// The last answer, when the loop stopped before running the tool calls it asked for (a
+    /// cancel noticed between the answer and its calls): the run's output as it stood.
+    pub unanswered: Option<InferenceResponse>,
 }
 
 const LIMIT_NOTE: &str = "The tool call limit of this conversation has been reached. Answer now with the information you have; no more tools can be called.";
@@ -110,6 +113,7 @@ pub async fn run_tool_loop<M: ModelTurns>(
                     tool_calls: records,
                     inferences: turn,
                     last_text,
+                    unanswered: None,
                 });
             }
         };
@@ -143,6 +147,7 @@ pub async fn run_tool_loop<M: ModelTurns>(
                 tool_calls: records,
                 inferences: turn + 1,
                 last_text,
+                unanswered: Some(response),
             });
         }
         let calls = response.tool_calls.clone();

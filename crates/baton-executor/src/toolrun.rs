@@ -890,6 +890,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
             tool_calls,
             inferences,
             last_text,
+            unanswered,
             ..
         }) if matches!(error, ExecutorError::Cancelled) => {
             let warning = RunWarning {
@@ -926,7 +927,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
                     );
                     log.attach_events(events.take_stored());
                 }
-                log.fail_priced(&error, usage, cost).await;
+                log.fail_priced(None, &error, usage, cost).await;
                 if is_root {
                     events.close();
                 }
@@ -943,10 +944,14 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
                     provider: String::new(),
                     model: String::new(),
                 });
-            let response = InferenceResponse {
-                text: last_text,
-                usage,
-                ..InferenceResponse::default()
+            // The answer as it stood: the last one in full when its tool calls never ran.
+            let response = match unanswered {
+                Some(last) => InferenceResponse { usage, ..last },
+                None => InferenceResponse {
+                    text: last_text,
+                    usage,
+                    ..InferenceResponse::default()
+                },
             };
             if is_root {
                 let total = tree_credits.saturating_add(earlier_credits);
@@ -1007,7 +1012,15 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
             if is_root {
                 log.attach_events(events.take_stored());
             }
-            log.fail_priced(&error, usage, cost).await;
+            // The model whose answers were billed: the last that answered, else the one whose
+            // failed call still spent (a stream cut short).
+            let billed = served
+                .as_ref()
+                .or(failed_model
+                    .as_ref()
+                    .filter(|_| cost.billed.0 > 0 || usage != Usage::default()))
+                .map(|m| (m.provider.as_str(), m.model.as_str()));
+            log.fail_priced(billed, &error, usage, cost).await;
             if is_root {
                 events.close();
             }

@@ -261,6 +261,21 @@ impl Store {
     }
 
     /// The flow (by id or slug) and its environments in activation order.
+    /// The slug of the tenant's flow with id `id`, deleted or not (a deleted flow keeps its
+    /// statistics, which its id still names).
+    pub async fn flow_name_by_id(
+        &self,
+        tenant: &TenantId,
+        id: &str,
+    ) -> StoreResult<Option<String>> {
+        Ok(flows::Entity::find()
+            .filter(flows::Column::TenantId.eq(tenant.as_str()))
+            .filter(flows::Column::Id.eq(id))
+            .one(self.conn())
+            .await?
+            .map(|row| row.name))
+    }
+
     pub async fn get_flow(&self, tenant: &TenantId, id_or_slug: &str) -> StoreResult<FlowState> {
         let row = Self::find_flow_row(self.conn(), tenant, id_or_slug).await?;
         let activations = Self::activations_of(self.conn(), tenant, &row.id).await?;

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use baton_domain::customer::{Customer, CustomerUsage, CustomersUsage, UsageTotals};
+use baton_domain::run::RunStatus;
 use baton_domain::{TenantId, Timestamp};
 use sea_orm::sea_query::Expr;
 use sea_orm::{ColumnTrait, EntityTrait, FromQueryResult, QueryFilter, QuerySelect};
@@ -71,6 +72,8 @@ impl Store {
             .filter(runs::Column::CreatedAt.gte(to_millis(from)))
             .filter(runs::Column::CreatedAt.lt(to_millis(to)))
             .filter(runs::Column::CustomerExternalId.is_not_null())
+            // Finished runs only, as in the statistics: a run still going has no spend yet.
+            .filter(runs::Column::Status.ne(RunStatus::Pending.as_str()))
             .group_by(runs::Column::CustomerExternalId);
         if let Some(external_id) = external_id {
             query = query.filter(runs::Column::CustomerExternalId.eq(external_id));

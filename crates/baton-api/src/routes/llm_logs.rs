@@ -590,10 +590,12 @@ pub struct EventStats {
     pub counts: BTreeMap<String, u64>,
 }
 
+/// Over the same events as `/events`, the same `types` filter included.
 #[utoipa::path(get, path = "/api/v1/llm-logs/{id}/events/stats", tag = "llm-logs",
-    params(("id" = String, Path, description = "Run (request) id")),
+    params(("id" = String, Path, description = "Run (request) id"), EventsQuery),
     responses(
         (status = 200, description = "Event counts per type", body = EventStats),
+        (status = 400, description = "Invalid types filter, or an unknown parameter", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such run", body = ErrorResponse),
     ))]
@@ -601,16 +603,17 @@ pub async fn get_llm_log_event_stats(
     State(state): State<AppState>,
     principal: Principal,
     PathParam(id): PathParam,
+    Query(pairs): Query<Pairs>,
 ) -> ApiResult<axum::Json<EventStats>> {
+    let filter = parse_types(pairs)?;
     let events = events_of(&state, &principal.tenant, &id).await?;
     let mut counts = BTreeMap::new();
-    for event in &events {
+    let mut total = 0u64;
+    for event in events.iter().filter(|e| filter.allows(&e.event_type)) {
         *counts.entry(event.event_type.clone()).or_insert(0u64) += 1;
+        total += 1;
     }
-    Ok(axum::Json(EventStats {
-        total: u64::try_from(events.len()).unwrap_or(u64::MAX),
-        counts,
-    }))
+    Ok(axum::Json(EventStats { total, counts }))
 }
 
 /// Internal log lines kept for a run made with `x_log_level` or `is_debug` (empty otherwise).

@@ -129,6 +129,10 @@ async fn known_flow(state: &AppState, principal: &Principal, name: &str) -> ApiR
         Err(StoreError::NotFound { .. }) => {}
         Err(err) => return Err(err.into()),
     }
+    // A deleted flow's runs are still reported, named by its id as by its slug.
+    if let Some(slug) = state.store.flow_name_by_id(&principal.tenant, name).await? {
+        return Ok(slug);
+    }
     if state
         .store
         .stats_flow_has_runs(&principal.tenant, name)
