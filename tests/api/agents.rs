@@ -521,6 +521,32 @@ async fn depth_limits_and_cycles_fail_the_tool_call_not_the_run() {
     assert!(told[1].contains("AGENT_CYCLE"), "{told:?}");
     // No model was called for the refused agents: four calls in all.
     assert_eq!(s.mock.received().len(), 4);
+    // The refusals' events carry their codes apart; the calls are listed in the order made.
+    let run_id = run["id"].as_str().unwrap();
+    wait_for_run(&s.app, run_id).await;
+    let events = s
+        .ok(
+            Method::GET,
+            &format!("/api/v1/llm-logs/{run_id}/events?types=toolFailed"),
+            None,
+        )
+        .await;
+    let codes: Vec<&str> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["data"]["code"].as_str().unwrap())
+        .collect();
+    assert_eq!(codes.len(), 2, "{events}");
+    assert!(codes.contains(&"AGENT_DEPTH_EXCEEDED") && codes.contains(&"AGENT_CYCLE"));
+    let middle_id = run["toolCalls"][0]["childRequestId"].as_str().unwrap();
+    let middle_run = wait_for_run(&s.app, middle_id).await;
+    let order: Vec<&str> = middle_run
+        .tool_calls
+        .iter()
+        .map(|c| c.call_id.as_str())
+        .collect();
+    assert_eq!(order, ["b1", "t1"]);
     // The request's own limit wins over the tool's: depth 2 is allowed now.
     s.mock
         .push(calls(&[("m1", "middle", json!({"input": "go"}))]));

@@ -541,6 +541,17 @@ async fn bad_arguments_go_back_to_the_model_and_max_tool_calls_ends_the_loop() {
     );
     // The model's last calls were not run: the answer does not claim them.
     assert_eq!(run["finishReason"], "stop");
+    // A stream learns the warning at the end, as the response does.
+    s.mock.push(calls(&[("c1", "count", json!({"n": 1}))]));
+    s.mock.push(calls(&[("c2", "count", json!({"n": 2}))]));
+    s.mock.push(calls(&[("c3", "count", json!({"n": 3}))]));
+    let events = stream_run(&s, &flow, json!({"stream": true})).await;
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "requestCompleted");
+    assert_eq!(
+        done["data"]["warnings"][0]["code"], "MAX_TOOL_CALLS_REACHED",
+        "{done}"
+    );
     // Its three model calls are counted on its run.
     let logged = crate::chat::wait_for_run(&s.app, run["id"].as_str().unwrap()).await;
     assert_eq!(logged.inference_count, 3);
@@ -566,6 +577,8 @@ async fn bad_arguments_go_back_to_the_model_and_max_tool_calls_ends_the_loop() {
         run["warnings"][0]["code"], "MAX_TOOL_CALLS_REACHED",
         "{run}"
     );
+    let said = run["warnings"][0]["message"].as_str().unwrap();
+    assert!(said.contains("maxToolCalls is 0"), "{said}");
 }
 
 #[tokio::test]

@@ -184,11 +184,16 @@ pub async fn run_tool_loop<M: ModelTurns>(
 }
 
 fn limit_warning(max_iterations: u32) -> RunWarning {
+    let message = if max_iterations == 0 {
+        "the model asked for tools, but maxToolCalls is 0: its calls were not run and it was asked to answer without tools".to_string()
+    } else {
+        format!(
+            "the model used all {max_iterations} tool turns (maxToolCalls); it was asked to answer without more tools"
+        )
+    };
     RunWarning {
         code: "MAX_TOOL_CALLS_REACHED".into(),
-        message: format!(
-            "the model used all {max_iterations} tool turns (maxToolCalls); it was asked to answer without more tools"
-        ),
+        message,
         parameter: Some("maxToolCalls".into()),
     }
 }
@@ -202,6 +207,7 @@ async fn run_turn(
     events: &mut dyn ToolEvents,
     records: &mut Vec<ToolCallRecord>,
 ) -> Vec<String> {
+    let first_record = records.len();
     let mut outputs: Vec<String> = vec![String::new(); calls.len()];
     let mut running = FuturesUnordered::new();
     // Sub-agents this turn starts; past the bound, further ones fail (in call order).
@@ -291,6 +297,8 @@ async fn run_turn(
         record.child_credits_used = outcome.child_credits;
         outputs[index] = finish(record, outcome.result, events, records);
     }
+    // Calls finish in any order; the run reports them in the order the model made them.
+    records[first_record..].sort_by_key(|r| calls.iter().position(|c| c.id == r.call_id));
     outputs
 }
 

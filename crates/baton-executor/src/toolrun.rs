@@ -342,11 +342,21 @@ impl ToolEvents for SharedEvents {
             data["childRequestId"] = json!(child);
             data["childCreditsUsed"] = json!(record.child_credits_used.unwrap_or(0));
         }
+        // A refusal that has a code (`AGENT_DEPTH_EXCEEDED: ...`) carries it apart too.
+        if let Some(code) = record.error.as_deref().and_then(error_code_of) {
+            data["code"] = json!(code);
+        }
         if self.include_tool_results() {
             data["result"] = json!(output);
         }
         self.emit(event, data);
     }
+}
+
+/// The code a failure message starts with (`AGENT_CYCLE: ...`), if it does.
+fn error_code_of(message: &str) -> Option<&str> {
+    let (code, _) = message.split_once(':')?;
+    (code.len() >= 3 && code.bytes().all(|b| b.is_ascii_uppercase() || b == b'_')).then_some(code)
 }
 
 /// Model calls of the loop: each through the gateway, priced by the model that served it.
@@ -843,17 +853,20 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
                 let spawns = scope.spawns.load(std::sync::atomic::Ordering::Relaxed);
                 // Like the credits, the whole tree's (SPEC.md: "whole request, all agents").
                 let tree = events.tree_totals();
-                events.emit(
-                    "requestCompleted",
-                    json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
+                let mut data = json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
                            "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
                            "totalTokensIn": tree.tokens_in,
                            "totalTokensOut": tree.tokens_out,
                            "totalInferenceCount": tree.inferences,
                            "totalToolCalls": tree.tool_calls, "totalAgentSpawns": spawns,
                            "maxDepthReached": agents.max_depth_reached(),
-                           "result": {"textResponse": outcome.response.text}}),
-                );
+                           "result": {"textResponse": outcome.response.text}});
+                // What the run learnt on the way (`MAX_TOOL_CALLS_REACHED`), as the synchronous
+                // response's `warnings` say; the ones known at the start were in `requestStarted`.
+                if !outcome.warnings.is_empty() {
+                    data["warnings"] = json!(outcome.warnings);
+                }
+                events.emit("requestCompleted", data);
             }
             let served = served
                 .or_else(|| plan.chain.primary().cloned())
