@@ -397,10 +397,7 @@ async fn a_sub_agent_in_route_mode_runs_the_template_its_classifier_picks() {
 async fn a_route_classifier_counts_against_the_cost_ceiling_and_in_the_totals() {
     let s = setup().await;
     let c = credits_per_call(&s).await;
-    let echo = s
-        .tool(json!({"name": "echo", "toolType": "External",
-                     "webUrl": format!("{}/echo", s.host.origin())}))
-        .await;
+    let echo = s.echo_tool("echo").await;
     for tools in [json!([echo]), json!([])] {
         let desk = s.empty_flow("Triage").await;
         s.ok(
@@ -897,16 +894,8 @@ async fn stream_sleeping_tree(s: &Setup, last: &str) -> (reqwest::Response, Stri
 #[tokio::test]
 async fn a_run_cancelled_before_its_tool_calls_keeps_the_answer_that_asked_for_them() {
     let s = setup().await;
-    let echo = s
-        .tool(json!({"name": "echo", "toolType": "External",
-                     "webUrl": format!("{}/echo", s.host.origin())}))
-        .await;
-    let flow = s
-        .flow(
-            "Asker",
-            json!({"template": "t", "toolIds": [echo], "llm": "openai/gpt-4o-mini"}),
-        )
-        .await;
+    let echo = s.echo_tool("echo").await;
+    let flow = s.flow_with_tool("Asker", &echo).await;
     s.mock.push(Reply::Delayed(
         std::time::Duration::from_secs(3),
         Box::new(calls(&[("e1", "echo", json!({}))])),

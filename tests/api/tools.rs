@@ -154,6 +154,23 @@ impl Setup {
         (sid, imported)
     }
 
+    /// An External tool `name` answered by the tool host's `/echo`; its id.
+    pub async fn echo_tool(&self, name: &str) -> String {
+        self.tool(json!({"name": name, "toolType": "External",
+                         "webUrl": format!("{}/echo", self.host.origin())}))
+            .await
+    }
+
+    /// A flow titled `title` whose `main` template on gpt-4o-mini lists `tool`, active in
+    /// `production`; its slug.
+    pub async fn flow_with_tool(&self, title: &str, tool: &str) -> String {
+        self.flow(
+            title,
+            json!({"template": "t", "toolIds": [tool], "llm": "openai/gpt-4o-mini"}),
+        )
+        .await
+    }
+
     /// `POST /mcp-servers/{sid}/discover`: the tools the server offers.
     pub async fn discover(&self, sid: &str) -> Vec<Value> {
         let found = self
@@ -699,15 +716,8 @@ async fn stream_run(s: &Setup, flow: &str, body: Value) -> Vec<Value> {
 #[tokio::test]
 async fn a_streamed_tool_run_relays_each_turns_text_as_it_arrives() {
     let s = setup().await;
-    let id = s
-        .tool(json!({"name": "ping", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin())}))
-        .await;
-    let flow = s
-        .flow(
-            "Talker",
-            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
-        )
-        .await;
+    let id = s.echo_tool("ping").await;
+    let flow = s.flow_with_tool("Talker", &id).await;
     let first_turn = Reply::Answer {
         text: "Let me check that first.".into(),
         tool_calls: vec![ToolCallReply {
@@ -849,15 +859,8 @@ async fn streamed_tool_runs_relay_turns_in_every_wire_format() {
 #[tokio::test]
 async fn failed_runs_name_the_model_they_were_billed_for() {
     let s = setup().await;
-    let id = s
-        .tool(json!({"name": "ping", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin())}))
-        .await;
-    let flow = s
-        .flow(
-            "Half way",
-            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
-        )
-        .await;
+    let id = s.echo_tool("ping").await;
+    let flow = s.flow_with_tool("Half way", &id).await;
     s.mock.push(calls(&[("c1", "ping", json!({}))]));
     s.mock
         .push(Reply::status(400, "the second turn is refused"));
@@ -895,15 +898,8 @@ async fn failed_runs_name_the_model_they_were_billed_for() {
 #[tokio::test]
 async fn a_tool_run_turn_whose_stream_breaks_fails_the_run_and_bills_what_it_produced() {
     let s = setup().await;
-    let id = s
-        .tool(json!({"name": "ping", "toolType": "External", "webUrl": format!("{}/echo", s.host.origin())}))
-        .await;
-    let flow = s
-        .flow(
-            "Breaker",
-            json!({"template": "t", "toolIds": [id], "llm": "openai/gpt-4o-mini"}),
-        )
-        .await;
+    let id = s.echo_tool("ping").await;
+    let flow = s.flow_with_tool("Breaker", &id).await;
     s.mock.push(calls(&[("c1", "ping", json!({}))]));
     s.mock
         .push(Reply::BreakAfterFirstChunk(Box::new(Reply::text(
