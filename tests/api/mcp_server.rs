@@ -559,6 +559,9 @@ async fn the_transport_needs_a_key_and_checks_host_and_origin() {
                "params": {"name": "get_run", "arguments": "s"}}),
         json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {}}),
         json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {}}}),
+        json!({"jsonrpc": "2.0", "id": 7, "method": "tools/list", "params": "x"}),
     ] {
         let answer = crate::helpers::send(
             app.client

@@ -217,6 +217,20 @@ async fn routing_rules_are_validated_and_managed() {
     let answered = s.chat("fast", json!({})).await;
     assert_eq!(answered.status, 200, "{}", answered.text);
     assert_eq!(s.calls(), (0, 1));
+    // While the tenant's defaultModel names the alias, it is neither removed nor renamed.
+    let set = s
+        .app
+        .put("/api/v1/settings", &s.key, json!({"defaultModel": "fast"}))
+        .await;
+    assert_eq!(set.status, 200, "{}", set.text);
+    s.app.delete(&path, &s.key).await.error(409, "IN_USE");
+    s.app
+        .put(&path, &s.key, json!({"alias": "quick", "models": [BACKUP]}))
+        .await
+        .error(409, "IN_USE");
+    s.app
+        .put("/api/v1/settings", &s.key, json!({"defaultModel": null}))
+        .await;
     assert_eq!(s.app.delete(&path, &s.key).await.status, 204);
     s.app.get(&path, &s.key).await.error(404, "NOT_FOUND");
     s.chat("fast", json!({}))

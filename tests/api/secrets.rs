@@ -382,6 +382,9 @@ async fn tool_header_values_are_redacted_and_kept_on_update() {
     for moved in [
         json!({"webUrl": "https://collector.example.com/hook"}),
         json!({"webUrl": url, "webUrls": {"staging": "https://collector.example.com/hook"}}),
+        // A host a run fills in, or the caller's: not one the secret was given for.
+        json!({"webUrl": "http://[[host]]/hook"}),
+        json!({"webUrl": "/hook"}),
     ] {
         let mut body = json!({"name": "fixed", "toolType": "External",
                               "headers": {"X-Api-Key": "********"}});

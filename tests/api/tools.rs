@@ -1202,19 +1202,47 @@ async fn mcp_records_keep_secrets_to_their_host_and_tools_their_server_names() {
     assert_eq!(again[0]["id"], imported[1].0.as_str());
     assert_eq!(again[0]["name"], "say_again");
 
-    // An MCP tool's input is an object.
-    let array = s
-        .call(
+    // An MCP tool's input is an object, and a schema that compiles.
+    for schema in [
+        json!({"type": "array"}),
+        json!({"type": "object", "properties": []}),
+        json!({"type": "object", "properties": {"text": {"type": "nope"}}}),
+    ] {
+        let refused = s
+            .call(
+                Method::POST,
+                "/api/v1/tools",
+                Some(
+                    json!({"name": "t_bad", "toolType": "Mcp", "mcpServerId": sid,
+                            "rawInputSchema": schema}),
+                ),
+            )
+            .await
+            .error(400, "VALIDATION_ERROR");
+        assert_eq!(refused["param"], "rawInputSchema", "{schema}");
+    }
+    let untyped = s
+        .ok(
             Method::POST,
             "/api/v1/tools",
             Some(
-                json!({"name": "t_array", "toolType": "Mcp", "mcpServerId": sid,
-                        "rawInputSchema": {"type": "array"}}),
+                json!({"name": "t_untyped", "toolType": "Mcp", "mcpServerId": sid,
+                        "rawInputSchema": {}}),
             ),
+        )
+        .await;
+    assert_eq!(untyped["rawInputSchema"], json!({"type": "object"}));
+    // `********` keeps a value only where there is one to keep.
+    let nothing = s
+        .call(
+            Method::PUT,
+            &format!("/api/v1/mcp-servers/{sid}"),
+            Some(json!({"name": "calc", "url": mcp.url(),
+                        "headers": {"Authorization": "********", "X-New": "********"}})),
         )
         .await
         .error(400, "VALIDATION_ERROR");
-    assert_eq!(array["param"], "rawInputSchema");
+    assert_eq!(nothing["param"], "headers.X-New");
 }
 
 /// Imports of the same tools at once all succeed: the later ones refresh what the first wrote.

@@ -133,38 +133,32 @@ fn widen_accept(headers: &mut HeaderMap) {
     }
 }
 
-/// A request rmcp would answer "method not found" because its params do not parse (a
-/// `tools/call` without a tool name, `arguments` that are no object, an `initialize` without
-/// its fields): JSON-RPC's "invalid params" (-32602) instead, saying what they must be.
+/// A request rmcp would answer "method not found" (or, for params that are no object, "no
+/// JSON-RPC message") because its params do not parse: JSON-RPC's "invalid params" (-32602)
+/// instead, with the reason. The params are read with rmcp's own types, so what passes here is
+/// what rmcp reads.
 fn invalid_params(body: &[u8]) -> Option<Response> {
+    use rmcp::model::{CallToolRequestParams, InitializeRequestParams, PaginatedRequestParams};
+    fn reads<T: serde::de::DeserializeOwned>(params: Option<&Value>) -> Result<(), String> {
+        let params = params.cloned().unwrap_or_else(|| json!({}));
+        serde_json::from_value::<T>(params)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
     let message: Value = serde_json::from_slice(body).ok()?;
     let id = message.get("id")?.clone();
-    let params = message.get("params");
-    let problem = match message.get("method")?.as_str()? {
-        "tools/call" => {
-            let params = params.and_then(Value::as_object);
-            let named = params.is_some_and(|p| p.get("name").is_some_and(Value::is_string));
-            let arguments_ok = params.is_some_and(|p| {
-                p.get("arguments")
-                    .is_none_or(|a| a.is_object() || a.is_null())
-            });
-            (!named || !arguments_ok).then_some(
-                "tools/call takes params {\"name\": string, \"arguments\": object (optional)}",
-            )
+    let params = message.get("params").filter(|p| !p.is_null());
+    let problem = if params.is_some_and(|p| !p.is_object()) {
+        Err("params must be an object".to_string())
+    } else {
+        match message.get("method")?.as_str()? {
+            "tools/call" => reads::<CallToolRequestParams>(params),
+            "initialize" => reads::<InitializeRequestParams>(params),
+            "tools/list" => reads::<Option<PaginatedRequestParams>>(params),
+            _ => Ok(()),
         }
-        "initialize" => {
-            let params = params.and_then(Value::as_object);
-            let complete = params.is_some_and(|p| {
-                p.get("protocolVersion").is_some_and(Value::is_string)
-                    && p.get("capabilities").is_some_and(Value::is_object)
-                    && p.get("clientInfo").is_some_and(Value::is_object)
-            });
-            (!complete).then_some(
-                "initialize takes params {\"protocolVersion\": string, \"capabilities\": object, \"clientInfo\": object}",
-            )
-        }
-        _ => None,
-    }?;
+    }
+    .err()?;
     let answer = json!({"jsonrpc": "2.0", "id": id,
                         "error": {"code": -32602, "message": format!("invalid params: {problem}")}});
     Some(axum::Json(answer).into_response())

@@ -953,16 +953,28 @@ impl ToolInput {
                 config.mcp_server_id =
                     Some(required_text(self.mcp_server_id, "mcpServerId", tool_type)?);
                 // An MCP tool's input is an object (the MCP specification says so, and
-                // providers take no other function parameters).
-                let object_schema = |s: &Value| {
-                    s.as_object()
-                        .is_some_and(|o| o.get("type").is_none_or(|t| t == "object"))
-                };
-                if raw_input_schema.as_ref().is_some_and(|s| !object_schema(s)) {
-                    return Err(DomainError::validation(
-                        "rawInputSchema",
-                        "rawInputSchema must be a JSON Schema object of type 'object'",
-                    ));
+                // providers take no other function parameters); a schema that leaves its type
+                // out says so explicitly here, so providers are told.
+                let mut raw_input_schema = raw_input_schema;
+                if let Some(schema) = raw_input_schema.as_mut() {
+                    let Some(object) = schema.as_object_mut() else {
+                        return Err(DomainError::validation(
+                            "rawInputSchema",
+                            "rawInputSchema must be a JSON Schema object of type 'object'",
+                        ));
+                    };
+                    match object.get("type") {
+                        None => {
+                            object.insert("type".into(), Value::from("object"));
+                        }
+                        Some(kind) if kind == "object" => {}
+                        Some(_) => {
+                            return Err(DomainError::validation(
+                                "rawInputSchema",
+                                "rawInputSchema must be a JSON Schema object of type 'object'",
+                            ));
+                        }
+                    }
                 }
                 config.raw_input_schema = raw_input_schema;
                 if let Some(remote) = self.mcp_tool_name {

@@ -11,6 +11,7 @@ use baton_domain::tool::{
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::{Json, PathParam};
+use crate::routes::tools::check_input_schema;
 use crate::state::AppState;
 
 #[utoipa::path(get, path = "/api/v1/mcp-servers", tag = "mcp-servers",
@@ -93,6 +94,22 @@ pub async fn update_mcp_server(
     let moved = url::Url::parse(&current.url)
         .map(|before| before.origin() != server.url.origin())
         .unwrap_or(true);
+    // `********` keeps a value only where there is one to keep.
+    if let Some(name) = server.headers.iter().find_map(|(name, value)| {
+        (value == REDACTED
+            && !current
+                .headers
+                .keys()
+                .any(|stored| stored.eq_ignore_ascii_case(name)))
+        .then_some(name)
+    }) {
+        return Err(ApiError::validation(
+            format!("headers.{name}"),
+            format!(
+                "'{REDACTED}' keeps a stored value, and header '{name}' has none: send its value"
+            ),
+        ));
+    }
     if moved && let Some(name) = kept_header(&server) {
         return Err(ApiError::validation(
             format!("headers.{name}"),
@@ -263,6 +280,14 @@ pub async fn import_mcp_tools(
             let baton_domain::DomainError::Validation { message, .. } = e;
             ApiError::validation(param.clone(), message)
         })?;
+        if let Some(schema) = &valid.config.raw_input_schema {
+            check_input_schema(schema).map_err(|e| {
+                ApiError::validation(
+                    param.clone(),
+                    format!("the server's input schema of '{name}' does not compile: {e}"),
+                )
+            })?;
+        }
         chosen.push(valid);
     }
     // Every name is checked before the first write: a conflict imports none of them.

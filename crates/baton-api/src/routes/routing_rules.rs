@@ -119,7 +119,7 @@ pub async fn get_routing_rule(
         (status = 400, description = "Invalid field or unknown model", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such rule", body = ErrorResponse),
-        (status = 409, description = "The alias is taken", body = ErrorResponse),
+        (status = 409, description = "The alias is taken (ALREADY_EXISTS), or the renamed alias is the tenant's defaultModel (IN_USE)", body = ErrorResponse),
     ))]
 pub async fn update_routing_rule(
     State(state): State<AppState>,
@@ -128,6 +128,10 @@ pub async fn update_routing_rule(
     Json(body): Json<RoutingRuleInput>,
 ) -> ApiResult<axum::Json<RoutingRule>> {
     let rule = validate(&state, body)?;
+    let current = state.store.get_routing_rule(&principal.tenant, &id).await?;
+    if current.alias != rule.alias {
+        not_the_default_model(&state, &principal, &current).await?;
+    }
     let updated = state
         .store
         .update_routing_rule(&principal.tenant, &id, &rule)
@@ -136,18 +140,41 @@ pub async fn update_routing_rule(
     Ok(axum::Json(updated))
 }
 
+/// An alias the tenant's `defaultModel` names stays while it does: removing it (or renaming it)
+/// would fail every run that falls back on the default, as an unknown name saved there would.
+async fn not_the_default_model(
+    state: &AppState,
+    principal: &Principal,
+    rule: &RoutingRule,
+) -> ApiResult<()> {
+    let settings = state.store.tenant_settings(&principal.tenant).await?;
+    if settings.settings.default_model.as_deref() == Some(rule.alias.as_str()) {
+        return Err(ApiError::Conflict {
+            code: "IN_USE",
+            message: format!(
+                "routing alias '{}' is the tenant's defaultModel: change the setting first",
+                rule.alias
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[utoipa::path(delete, path = "/api/v1/routing-rules/{id}", tag = "routing",
     params(("id" = String, Path, description = "Rule id")),
     responses(
         (status = 204, description = "Deleted"),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such rule", body = ErrorResponse),
+        (status = 409, description = "The tenant's defaultModel names it (IN_USE)", body = ErrorResponse),
     ))]
 pub async fn delete_routing_rule(
     State(state): State<AppState>,
     principal: Principal,
     PathParam(id): PathParam,
 ) -> ApiResult<StatusCode> {
+    let current = state.store.get_routing_rule(&principal.tenant, &id).await?;
+    not_the_default_model(&state, &principal, &current).await?;
     state
         .store
         .delete_routing_rule(&principal.tenant, &id)

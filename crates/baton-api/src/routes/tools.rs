@@ -60,6 +60,9 @@ async fn check_references(state: &AppState, tenant: &TenantId, tool: &ValidTool)
 
 async fn validate(state: &AppState, tenant: &TenantId, body: ToolInput) -> ApiResult<ValidTool> {
     let tool = body.validate()?;
+    if let Some(schema) = &tool.config.raw_input_schema {
+        check_input_schema(schema).map_err(|e| ApiError::validation("rawInputSchema", e))?;
+    }
     let config = &tool.config;
     let urls = config
         .web_url
@@ -163,7 +166,7 @@ pub async fn update_tool(
     let stored = state.store.get_tool(&principal.tenant, &id).await?;
     // A header sent back with the redacted value keeps its stored value, but only for the
     // hosts it was given for: pointed at a new one, it must be sent again.
-    let known: Vec<url::Origin> = endpoint_origins(
+    let stored_endpoints: Vec<&str> = endpoints(
         stored.config.web_url.as_deref(),
         stored.config.web_urls.values(),
         stored
@@ -172,7 +175,13 @@ pub async fn update_tool(
             .values()
             .map(|o| &o.web_url),
     );
-    let new_host = endpoint_origins(
+    let known: Vec<url::Origin> = stored_endpoints
+        .iter()
+        .filter_map(|raw| fixed_origin(raw))
+        .collect();
+    // An endpoint whose host is fixed must be one of those the secret was given for; any other
+    // (relative, or a host from a `[[parameter]]`, which a run chooses) must be one it had.
+    let new_host = endpoints(
         body.web_url.as_deref(),
         body.web_urls.iter().flat_map(|urls| urls.values()),
         body.environment_overrides
@@ -180,7 +189,10 @@ pub async fn update_tool(
             .flat_map(|overrides| overrides.values().map(|o| &o.web_url)),
     )
     .into_iter()
-    .any(|origin| !known.contains(&origin));
+    .any(|raw| match fixed_origin(raw) {
+        Some(origin) => !known.contains(&origin),
+        None => !stored_endpoints.contains(&raw),
+    });
     if let Some(headers) = body.headers.as_mut() {
         for (name, value) in headers.iter_mut() {
             if value == REDACTED && new_host {
@@ -222,19 +234,32 @@ pub async fn update_tool(
     Ok(axum::Json(updated.redacted()))
 }
 
-/// The origins of a tool's absolute endpoints (relative ones are the caller's, at run time).
-fn endpoint_origins<'a>(
+/// An MCP tool's input schema compiles: arguments are checked against it before each call
+/// (an invalid one would leave them unchecked and reach the provider as it is).
+pub(crate) fn check_input_schema(schema: &serde_json::Value) -> Result<(), String> {
+    baton_providers::structured::OutputSchema::compile(schema).map(|_| ())
+}
+
+/// A tool's endpoints, trimmed.
+fn endpoints<'a>(
     web_url: Option<&'a str>,
     web_urls: impl Iterator<Item = &'a String>,
     overrides: impl Iterator<Item = &'a String>,
-) -> Vec<url::Origin> {
+) -> Vec<&'a str> {
     web_url
         .into_iter()
         .chain(web_urls.map(String::as_str))
         .chain(overrides.map(String::as_str))
-        .filter_map(|raw| url::Url::parse(raw.trim()).ok())
-        .map(|url| url.origin())
+        .map(str::trim)
         .collect()
+}
+
+/// The origin of an absolute endpoint whose host no parameter fills in.
+fn fixed_origin(raw: &str) -> Option<url::Origin> {
+    let url = url::Url::parse(raw).ok()?;
+    // A `[[parameter]]` in the host is filled in by each run.
+    let authority = raw.split_once("://")?.1.split('/').next()?;
+    (!authority.contains("[[")).then(|| url.origin())
 }
 
 #[utoipa::path(delete, path = "/api/v1/tools/{id}", tag = "tools",
