@@ -472,6 +472,16 @@ async fn a_route_classifier_counts_against_the_cost_ceiling_and_in_the_totals() 
         assert_eq!(done["totalTokensIn"], 20, "{tools}: {done}");
         assert_eq!(done["totalTokensOut"], 10, "{tools}: {done}");
         assert_eq!(done["maxDepthReached"], 1, "{tools}: {done}");
+        let usage = events
+            .iter()
+            .rev()
+            .find(|e| e["type"] == "usageUpdate")
+            .unwrap();
+        assert_eq!(
+            usage["data"]["cumulativeCreditsUsed"],
+            2 * c,
+            "{tools}: {usage}"
+        );
     }
 }
 

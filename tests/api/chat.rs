@@ -944,6 +944,11 @@ async fn a_stream_left_before_its_usage_is_billed_an_estimate() {
     );
     assert_eq!(events[2]["data"]["code"], "CLIENT_DISCONNECTED");
     assert_eq!(
+        events[3]["data"]["finishReason"],
+        Value::Null,
+        "never finished"
+    );
+    assert_eq!(
         events.last().unwrap()["data"]["totalCreditsUsed"],
         run.cost_credits
     );
@@ -1290,6 +1295,10 @@ async fn the_events_format_starts_before_the_provider_answers() {
     let run = wait_for_run(&app, &id).await;
     assert_eq!(run.error_code.as_deref(), Some("STREAM_DURATION_EXCEEDED"));
     assert_eq!(run.cost_credits, 0);
+    // The model never answered: no served model, no call counted, nothing uncertain.
+    assert_eq!(run.served_model, None);
+    assert_eq!(run.inference_count, 0);
+    assert!(!run.pricing_uncertain);
 }
 
 #[tokio::test]

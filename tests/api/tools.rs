@@ -920,6 +920,42 @@ async fn a_tool_run_turn_whose_stream_breaks_fails_the_run_and_bills_what_it_pro
         "{:?}",
         run.warnings
     );
+    // The stream says what the cut turn cost, and the run counts it as a call.
+    assert_eq!(run.inference_count, 2);
+    let completed: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "agentInferenceCompleted")
+        .collect();
+    assert_eq!(completed.len(), 2, "{types:?}");
+    assert_eq!(completed[1]["data"]["finishReason"], Value::Null);
+    let last_usage = events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == "usageUpdate")
+        .unwrap();
+    assert_eq!(
+        last_usage["data"]["cumulativeCreditsUsed"],
+        run.cost_credits
+    );
+}
+
+/// A stream that ends well without the usage its provider was asked for (a compatible server
+/// that ignores `stream_options.include_usage`) is billed an estimate, not nothing.
+#[tokio::test]
+async fn a_streamed_turn_without_reported_usage_is_billed_an_estimate() {
+    let s = setup().await;
+    let id = s.echo_tool("ping").await;
+    let flow = s.flow_with_tool("Quiet", &id).await;
+    s.mock.push(calls(&[("c1", "ping", json!({}))]));
+    s.mock
+        .push(Reply::text("an answer whose usage the provider never reports").with_usage(0, 0));
+    let events = stream_run(&s, &flow, json!({"stream": true})).await;
+    let done = events.last().unwrap();
+    assert_eq!(done["type"], "requestCompleted", "{done}");
+    let run = wait_for_run(&s.app, events[0]["requestId"].as_str().unwrap()).await;
+    assert!(run.usage.tokens_out > 5, "{:?}", run.usage);
+    assert!(run.warnings.iter().any(|w| w.code == "USAGE_ESTIMATED"));
+    assert_eq!(done["data"]["totalCreditsUsed"], run.cost_credits);
 }
 
 #[tokio::test]

@@ -538,7 +538,7 @@ impl CallInfo {
                 cost_credits: credits.0,
                 cost_usd: credits.to_usd(),
             },
-            finish_reason: response.finish_reason.as_openai(),
+            finish_reason: Some(response.finish_reason.as_openai()),
             tool_call_count: response.tool_calls.len(),
             was_cached: self.was_cached,
             was_fallback: self.was_fallback,
@@ -580,10 +580,22 @@ pub struct InferenceCompleted<'a> {
     provider: &'a str,
     duration_ms: u64,
     usage: InferenceUsage,
-    finish_reason: &'a str,
+    /// Null when the answer never finished (its stream was cut).
+    finish_reason: Option<&'a str>,
     tool_call_count: usize,
     was_cached: bool,
     was_fallback: bool,
+}
+
+impl InferenceCompleted<'_> {
+    /// The same call, its answer unfinished (`finished` false: its stream was cut before the
+    /// provider's finish): no finish reason is invented for it.
+    pub fn finished(mut self, finished: bool) -> Self {
+        if !finished {
+            self.finish_reason = None;
+        }
+        self
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -675,43 +687,55 @@ pub fn record_call_outcome(
     call: &CallInfo,
     outcome: Result<(&InferenceResponse, Credits), &ExecutorError>,
 ) {
-    let elapsed = events.elapsed_ms();
     match outcome {
-        Ok((response, credits)) => {
-            events.record(
-                "agentInferenceCompleted",
-                call.inference_completed(response, credits, elapsed),
-            );
-            events.record(
-                "requestCompleted",
-                request_completed(call, response, credits, elapsed),
-            );
-        }
+        Ok((response, credits)) => record_completion(events, call, response, credits, true),
         Err(err) => emit_failure(events, err.code(), &err.to_string()),
     }
 }
 
+/// `agentInferenceCompleted` and `requestCompleted` of a one-call request, for the log.
+fn record_completion(
+    events: &mut EventLog,
+    call: &CallInfo,
+    response: &InferenceResponse,
+    credits: Credits,
+    finished: bool,
+) {
+    let elapsed = events.elapsed_ms();
+    events.record(
+        "agentInferenceCompleted",
+        call.inference_completed(response, credits, elapsed)
+            .finished(finished),
+    );
+    events.record(
+        "requestCompleted",
+        request_completed(call, response, credits, elapsed),
+    );
+}
+
 /// The end of a one-call request's stored lifecycle, whatever it came to: the completion events
-/// with `response` (its usage as billed, `credits`); after a failure (`(code, message)`),
-/// `error` first, and `requestFailed` instead of the completions when nothing was produced.
+/// with `response` (its usage as billed, `credits`; `finished`: whether the provider had sent
+/// its finish); after a failure (`(code, message)`), `error` first, and `requestFailed` instead
+/// of the completions when nothing was produced.
 pub fn record_call_end(
     events: &mut EventLog,
     call: &CallInfo,
     response: &InferenceResponse,
     credits: Credits,
+    finished: bool,
     failure: Option<(&str, &str)>,
 ) {
     let produced = !response.text.is_empty() || !response.tool_calls.is_empty();
     match failure {
-        None => record_call_outcome(events, call, Ok((response, credits))),
-        Some((code, message)) if produced => {
+        Some((code, message)) if !produced => emit_failure(events, code, message),
+        Some((code, message)) => {
             events.record(
                 "error",
                 json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
             );
-            record_call_outcome(events, call, Ok((response, credits)));
+            record_completion(events, call, response, credits, finished);
         }
-        Some((code, message)) => emit_failure(events, code, message),
+        None => record_completion(events, call, response, credits, finished),
     }
 }
 

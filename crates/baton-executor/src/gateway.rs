@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use baton_domain::TenantId;
 use baton_domain::chat::{
-    ContentPart, InferenceRequest, InferenceResponse, ResponseAccumulator, StreamDelta, Usage,
+    InferenceRequest, InferenceResponse, ResponseAccumulator, StreamDelta, Usage,
 };
 use baton_domain::run::Attempt;
 use baton_domain::settings::{TenantSettings, validate_timeout_ms};
@@ -22,7 +22,7 @@ use tracing::Instrument;
 use crate::cache::{CacheFill, CacheSlot, ResponseCache, replay};
 use crate::engine::Engine;
 use crate::error::{ExecutorError, ExecutorResult};
-use crate::runlog::{Pricing, RunLog, estimated_output_tokens, estimated_tokens};
+use crate::runlog::{Pricing, RunLog};
 
 /// A request's own per-attempt time limits, in milliseconds.
 #[derive(Debug, Clone, Copy, Default, Deserialize)]
@@ -508,21 +508,19 @@ pub async fn relayed_answer(
                 accumulator.push(&delta);
             }
             Some(Err(error)) => {
-                let partial = accumulator.finish();
-                let spent = usage_of_cut_stream(request, &partial);
-                if spent != partial.usage {
-                    log.note_estimated_usage();
-                }
+                let mut partial = accumulator.finish();
+                log.estimate_unreported(&mut partial);
                 return Err(Failure {
                     error: error.into(),
                     model: Some(model),
-                    spent,
+                    spent: partial.usage,
                 });
             }
             None => break,
         }
     }
-    let response = accumulator.finish();
+    let mut response = accumulator.finish();
+    log.estimate_unreported(&mut response);
     if let Some(fill) = fill {
         fill.fill(response.clone()).await;
     }
@@ -532,27 +530,4 @@ pub async fn relayed_answer(
         fallback_used,
         cached,
     })
-}
-
-/// What a stream cut short is billed: the usage the provider reported, else (most send it only
-/// at the end) an estimate from the text on both sides, as a single call's cut stream is.
-fn usage_of_cut_stream(request: &InferenceRequest, partial: &InferenceResponse) -> Usage {
-    let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
-    let mut usage = partial.usage;
-    if produced && usage.tokens_out == 0 {
-        usage.tokens_out = estimated_output_tokens(partial);
-        if usage.tokens_in == 0 {
-            let prompt: usize = request
-                .messages
-                .iter()
-                .flat_map(|m| &m.content)
-                .map(|part| match part {
-                    ContentPart::Text { text } => text.chars().count(),
-                    _ => 0,
-                })
-                .sum();
-            usage.tokens_in = estimated_tokens(prompt);
-        }
-    }
-    usage
 }

@@ -386,10 +386,11 @@ impl RunLog {
     }
 
     /// A stream that ended early (client gone or upstream broken): what was produced is kept
-    /// and billed, its usage estimated if the provider had reported none.
-    /// Returns the usage the run is billed on (estimated when the provider reported none).
-    /// `finished`: whether the provider had sent its finish (a stream that ended well but whose
-    /// answer is refused); otherwise the logged finish reason is null, not an invented `stop`.
+    /// and billed, its usage estimated if the provider had reported none. Returns the usage the
+    /// run is billed on. `finished`: whether the provider had sent its finish (a stream that
+    /// ended well but whose answer is refused); otherwise the logged finish reason is null, not
+    /// an invented `stop`. A stream that produced nothing fails as a request that got no answer
+    /// does: no served model, nothing billed.
     pub fn finish_partial(
         &mut self,
         provider: &str,
@@ -400,35 +401,21 @@ impl RunLog {
         message: &str,
     ) -> Usage {
         let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
-        // Most providers send usage only at the end of a stream: one cut short (the client
-        // left, the upstream broke) would bill nothing for what it streamed. Estimate instead.
-        let estimated = (produced && partial.usage.tokens_out == 0).then(|| {
-            let mut usage = partial.usage;
-            usage.tokens_out = estimated_output_tokens(partial);
-            if usage.tokens_in == 0 {
-                let prompt = self
-                    .record
-                    .as_ref()
-                    .and_then(|r| r.request.as_ref())
-                    .map_or(0, |request| prompt_chars(&request.to_value()));
-                usage.tokens_in = estimated_tokens(prompt);
+        if !produced {
+            let duration_ms = self.elapsed_ms();
+            if let Some(record) = self.record.as_mut() {
+                record.status = RunStatus::Failed;
+                record.provider = Some(provider.to_string());
+                record.error_code = Some(code.to_string());
+                record.error_message = Some(message.to_string());
+                record.duration_ms = duration_ms;
+                record.completed_at = Some(Timestamp::now());
             }
-            InferenceResponse {
-                usage,
-                ..partial.clone()
-            }
-        });
-        let billed = estimated.as_ref().map_or(partial.usage, |e| e.usage);
-        self.settle(
-            provider,
-            model,
-            estimated.as_ref().unwrap_or(partial),
-            if produced {
-                RunStatus::Succeeded
-            } else {
-                RunStatus::Failed
-            },
-        );
+            return Usage::default();
+        }
+        let mut billed = partial.clone();
+        self.estimate_unreported(&mut billed);
+        self.settle(provider, model, &billed, RunStatus::Succeeded);
         if let Some(record) = self.record.as_mut() {
             record.error_code = Some(code.to_string());
             record.error_message = Some(message.to_string());
@@ -439,10 +426,29 @@ impl RunLog {
                 }
             }
         }
-        if estimated.is_some() {
-            self.note_estimated_usage();
+        billed.usage
+    }
+
+    /// Most providers send usage only at the end of a stream, and some never (a compatible
+    /// server that ignores `stream_options.include_usage`): an answer that came with no output
+    /// tokens would bill nothing for what it said. Its usage is estimated instead (the prompt's
+    /// too when none was reported), with the `USAGE_ESTIMATED` warning; `true` if it was.
+    pub fn estimate_unreported(&mut self, response: &mut InferenceResponse) -> bool {
+        let produced = !response.text.is_empty() || !response.tool_calls.is_empty();
+        if !produced || response.usage.tokens_out != 0 {
+            return false;
         }
-        billed
+        response.usage.tokens_out = estimated_output_tokens(response);
+        if response.usage.tokens_in == 0 {
+            let prompt = self
+                .record
+                .as_ref()
+                .and_then(|r| r.request.as_ref())
+                .map_or(0, |request| prompt_chars(&request.to_value()));
+            response.usage.tokens_in = estimated_tokens(prompt);
+        }
+        self.note_estimated_usage();
+        true
     }
 
     /// Warns that the run is billed on estimated tokens (`USAGE_ESTIMATED`): a stream was cut
@@ -454,8 +460,9 @@ impl RunLog {
             record.warnings.push(RunWarning {
                 code: USAGE_ESTIMATED.into(),
                 message: format!(
-                    "the stream ended before the provider reported usage; tokens are \
-                     estimated at {CHARS_PER_TOKEN} characters per token"
+                    "the provider reported no usage for what was streamed (the stream ended \
+                     before it, or it sends none); tokens are estimated at {CHARS_PER_TOKEN} \
+                     characters per token"
                 ),
                 parameter: None,
             });

@@ -222,8 +222,13 @@ impl EventStream {
     }
 
     fn usage_update(&mut self) -> Option<Value> {
-        let usage = self.accumulator.usage();
-        let credits = self.cost(&usage);
+        let mut usage = self.accumulator.usage();
+        let mut credits = self.cost(&usage);
+        // A call made before this one for the request (a Route classifier's) is in the tally.
+        if let Some(earlier) = self.call.earlier_call {
+            usage.add(earlier.usage);
+            credits = Credits(credits.0.saturating_add(earlier.credits));
+        }
         let data = json!({
             "cumulativeCreditsUsed": credits.0, "cumulativeCostUsd": credits.to_usd(),
             "cumulativeTokensIn": usage.tokens_in, "cumulativeTokensOut": usage.tokens_out,
@@ -241,7 +246,8 @@ impl EventStream {
         let data = data_value(
             &self
                 .call
-                .inference_completed(response, credits, duration_ms),
+                .inference_completed(response, credits, duration_ms)
+                .finished(self.accumulator.is_finished()),
         );
         self.emit("agentInferenceCompleted", data)
     }
@@ -279,6 +285,7 @@ impl Drop for EventStream {
                 &self.call,
                 &partial,
                 credits,
+                self.accumulator.is_finished(),
                 Some((code, message)),
             );
             log.attach_events(self.events.take_stored());
@@ -364,7 +371,11 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
                             batch.extend(s.fail(&error).await);
                         }
                         None => {
-                            let response = s.accumulator.snapshot();
+                            let mut response = s.accumulator.snapshot();
+                            // An answer its provider reported no usage for is billed an estimate.
+                            if let Some(log) = s.log.as_mut() {
+                                log.estimate_unreported(&mut response);
+                            }
                             let invalid = structured_output_problem(s.schema.as_ref(), &response);
                             if let Some(error) = &invalid {
                                 batch.push(s.emit("error", json!({"code": error.code(), "message": error.to_string(),

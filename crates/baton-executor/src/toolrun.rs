@@ -373,6 +373,8 @@ struct GatewayTurns<'a> {
     usage: Usage,
     served: Option<ChainModel>,
     failed_model: Option<ChainModel>,
+    /// Calls that failed after answering part way (billed), beside the loop's answered ones.
+    billed_failures: u32,
     /// The tree's spend and ceiling.
     spent: Arc<AtomicI64>,
     budget: Option<i64>,
@@ -574,6 +576,27 @@ impl ModelTurns for GatewayTurns<'_> {
                     self.cost = self.cost.plus(cost);
                     self.spent
                         .fetch_add(cost.billed.0, std::sync::atomic::Ordering::Relaxed);
+                    // A call that answered part way (its stream cut) is billed: the stream and
+                    // the tree's totals say what it cost, as for a call that finished.
+                    if failure.spent != Usage::default() {
+                        self.billed_failures += 1;
+                        self.events.emit(
+                            "agentInferenceCompleted",
+                            json!({"inferenceRequestId": inference_id, "model": model.model,
+                                   "provider": model.provider,
+                                   "durationMs": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                                   "usage": {"tokensIn": failure.spent.tokens_in, "tokensOut": failure.spent.tokens_out,
+                                             "reasoningTokens": failure.spent.reasoning_tokens,
+                                             "costCredits": cost.billed.0, "costUsd": cost.billed.to_usd()},
+                                   "finishReason": Value::Null, "toolCallCount": 0,
+                                   "wasCached": false, "wasFallback": false}),
+                        );
+                        self.events
+                            .add_tree_tokens(failure.spent.tokens_in, failure.spent.tokens_out);
+                        let tree_credits = self.spent.load(std::sync::atomic::Ordering::Relaxed);
+                        let usage = self.events.usage_data(tree_credits);
+                        self.events.emit("usageUpdate", usage);
+                    }
                 }
                 self.usage.add(failure.spent);
                 self.failed_model = failure.model;
@@ -820,6 +843,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
         usage: Usage::default(),
         served: None,
         failed_model: None,
+        billed_failures: 0,
         spent: scope.spent.clone(),
         budget: scope.budget,
         run_chain: &scope.run_chain,
@@ -839,6 +863,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
     // the last answer), as `cost` prices it.
     let usage = turns.usage;
     let failed_model = turns.failed_model.take();
+    let billed_failures = turns.billed_failures;
     let fallback_used = log.record_mut().is_some_and(|r| r.fallback_used);
     match outcome {
         Ok(outcome) => {
@@ -1017,7 +1042,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
             }
             if let Some(record) = log.record_mut() {
                 record.tool_calls = tool_calls;
-                record.inference_count = inferences;
+                record.inference_count = inferences + billed_failures;
                 if let Some(model) = &failed_model {
                     record.provider = Some(model.provider.clone());
                 }

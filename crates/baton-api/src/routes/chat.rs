@@ -445,7 +445,15 @@ impl ChunkStream {
                 &partial.usage,
             )
             .billed;
-        record_call_end(&mut self.events, &self.call, partial, credits, failure);
+        let finished = self.accumulator.is_finished();
+        record_call_end(
+            &mut self.events,
+            &self.call,
+            partial,
+            credits,
+            finished,
+            failure,
+        );
         log.attach_events(self.events.take_stored());
     }
 }
@@ -532,7 +540,12 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
             }
         }
         None => {
-            let response = state.partial();
+            let mut response = state.partial();
+            // An answer its provider reported no usage for is billed an estimate, and the usage
+            // chunk says so.
+            if let Some(log) = state.log.as_mut() {
+                log.estimate_unreported(&mut response);
+            }
             // A refusal is the model's final word, not an answer that failed the schema.
             let invalid = structured_output_problem(state.schema.as_ref(), &response)
                 .filter(|_| response.refusal.is_none());
@@ -541,8 +554,7 @@ async fn relay_step(state: &mut ChunkStream) -> Option<()> {
                 state.sse.json(&body);
             }
             if state.include_usage {
-                let usage = state.accumulator.usage();
-                let usage = state.writer.usage(&usage);
+                let usage = state.writer.usage(&response.usage);
                 state.sse.json(&usage);
             }
             state.sse.done();
