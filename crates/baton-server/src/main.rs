@@ -53,6 +53,7 @@ enum Command {
 enum TenantCommand {
     /// Create a tenant and print its id and first API key.
     Create {
+        /// The tenant's name (unique).
         #[arg(long)]
         name: String,
         /// Print {"tenantId", "name", "apiKey"} as JSON.
@@ -71,6 +72,7 @@ enum KeyCommand {
         /// Label shown in key lists.
         #[arg(long, default_value = "cli")]
         name: String,
+        /// Print {"tenantId", "name" (the tenant's), "apiKey"} as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -80,10 +82,13 @@ enum KeyCommand {
 enum UserCommand {
     /// Create a user who can log in with email and password.
     Create {
+        /// The tenant's name.
         #[arg(long)]
         tenant: String,
+        /// Login email (unique across tenants).
         #[arg(long)]
         email: String,
+        /// 8 to 1024 characters.
         #[arg(long)]
         password: String,
     },
