@@ -322,3 +322,26 @@ async fn no_secret_reaches_the_log_output() {
         );
     }
 }
+
+/// A malformed bootstrap key is refused before the database is touched: no database file is
+/// left behind by a start that failed.
+#[tokio::test]
+async fn a_malformed_bootstrap_key_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("baton.db");
+    let output = Command::new(env!("CARGO_BIN_EXE_baton"))
+        .current_dir(dir.path())
+        .env("BATON_DATABASE_URL", format!("sqlite://{}", path.display()))
+        .env("BATON_LOG", "warn")
+        .env("BATON_BOOTSTRAP_API_KEY", "bk_too_short")
+        .args(["serve", "--bind", &format!("127.0.0.1:{}", free_port())])
+        .output()
+        .expect("run baton");
+    assert!(!output.status.success());
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        said.contains("BATON_BOOTSTRAP_API_KEY must start with"),
+        "{said}"
+    );
+    assert!(!path.exists(), "no database was created");
+}

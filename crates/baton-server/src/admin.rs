@@ -13,24 +13,31 @@ use crate::{Bootstrap, ServerError};
 pub const DEFAULT_TENANT: &str = "default";
 const MIN_BOOTSTRAP_KEY_LEN: usize = 32;
 
+/// A configured bootstrap key is well formed. Checked before the database is touched, and
+/// whether or not it will be used, so a typo is told at once rather than leaving a migrated
+/// database behind or passing silently on a later start.
+pub fn check_bootstrap_key(configured_key: Option<&SecretString>) -> Result<(), ServerError> {
+    match configured_key.map(|secret| secret.expose_secret()) {
+        Some(secret) if !secret.starts_with(KEY_PREFIX) || secret.len() < MIN_BOOTSTRAP_KEY_LEN => {
+            Err(ServerError::Config(format!(
+                "BATON_BOOTSTRAP_API_KEY must start with '{KEY_PREFIX}' and be at least {MIN_BOOTSTRAP_KEY_LEN} characters"
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// On an empty database: creates tenant `default` with one API key.
 pub async fn bootstrap_if_empty(
     store: &Store,
     configured_key: Option<&SecretString>,
 ) -> Result<Option<Bootstrap>, ServerError> {
+    check_bootstrap_key(configured_key)?;
     if store.count_tenants().await? > 0 {
         return Ok(None);
     }
     let key = match configured_key {
-        Some(secret) => {
-            let secret = secret.expose_secret();
-            if !secret.starts_with(KEY_PREFIX) || secret.len() < MIN_BOOTSTRAP_KEY_LEN {
-                return Err(ServerError::Config(format!(
-                    "BATON_BOOTSTRAP_API_KEY must start with '{KEY_PREFIX}' and be at least {MIN_BOOTSTRAP_KEY_LEN} characters"
-                )));
-            }
-            from_secret(secret.to_string())
-        }
+        Some(secret) => from_secret(secret.expose_secret().to_string()),
         None => new_key()?,
     };
     let tenant = match store.create_tenant(DEFAULT_TENANT).await {

@@ -80,6 +80,7 @@ impl Application {
     /// Connects, migrates, bootstraps an empty database and binds `config.bind` (port 0 picks a
     /// free port; see [`Application::port`]).
     pub async fn build(config: &Config) -> Result<Application, ServerError> {
+        admin::check_bootstrap_key(config.bootstrap_api_key.as_ref())?;
         let store = open_store(config).await?;
         let bootstrap =
             admin::bootstrap_if_empty(&store, config.bootstrap_api_key.as_ref()).await?;
