@@ -334,6 +334,14 @@ pub struct InferenceResponse {
     pub refusal: Option<String>,
 }
 
+impl InferenceResponse {
+    /// Whether the answer says anything (text or tool calls): a stream cut before it did is a
+    /// request that got no answer.
+    pub fn has_output(&self) -> bool {
+        !self.text.is_empty() || !self.tool_calls.is_empty()
+    }
+}
+
 /// One piece of a streamed response, in canonical form.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum StreamDelta {

@@ -725,7 +725,7 @@ pub fn record_call_end(
     finished: bool,
     failure: Option<(&str, &str)>,
 ) {
-    let produced = !response.text.is_empty() || !response.tool_calls.is_empty();
+    let produced = response.has_output();
     match failure {
         Some((code, message)) if !produced => emit_failure(events, code, message),
         Some((code, message)) => {

@@ -91,12 +91,12 @@ pub const USAGE_ESTIMATED: &str = "USAGE_ESTIMATED";
 /// what was streamed, not a count.
 const CHARS_PER_TOKEN: usize = 4;
 
-pub(crate) fn estimated_tokens(chars: usize) -> u64 {
+fn estimated_tokens(chars: usize) -> u64 {
     u64::try_from(chars.div_ceil(CHARS_PER_TOKEN)).unwrap_or(u64::MAX)
 }
 
 /// The tokens of what a stream cut short produced (its text and tool calls), estimated.
-pub(crate) fn estimated_output_tokens(partial: &InferenceResponse) -> u64 {
+fn estimated_output_tokens(partial: &InferenceResponse) -> u64 {
     estimated_tokens(
         partial.text.chars().count()
             + partial
@@ -236,13 +236,14 @@ impl RunLog {
         u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    /// Fills in the outcome of a model call (whole or partial) and prices it.
+    /// Fills in the answer of a model call (whole or, `finished` false, cut before the
+    /// provider's finish: no finish reason is invented for it) and prices it.
     fn settle(
         &mut self,
         provider: &str,
         model: &str,
         response: &InferenceResponse,
-        status: RunStatus,
+        finished: bool,
     ) {
         let served = if response.model.is_empty() {
             model
@@ -250,7 +251,7 @@ impl RunLog {
             response.model.as_str()
         };
         let cost = self.pricing.cost(provider, served, model, &response.usage);
-        self.settle_priced(provider, model, response, status, cost);
+        self.settle_priced(provider, model, response, finished, cost);
     }
 
     /// Like `settle`, with the cost already known (a request of several model calls, each
@@ -260,7 +261,7 @@ impl RunLog {
         provider: &str,
         model: &str,
         response: &InferenceResponse,
-        status: RunStatus,
+        finished: bool,
         cost: Cost,
     ) {
         let duration_ms = self.elapsed_ms();
@@ -272,10 +273,11 @@ impl RunLog {
             };
             record.provider = Some(provider.to_string());
             record.served_model = Some(format!("{provider}/{served}"));
-            record.status = status;
+            record.status = RunStatus::Succeeded;
             // A run with tools has counted its calls; any other answer is one call.
             record.inference_count = record.inference_count.max(1);
-            record.finish_reason = Some(response.finish_reason.as_openai().to_string());
+            let finish_reason = finished.then(|| response.finish_reason.as_openai());
+            record.finish_reason = finish_reason.map(str::to_string);
             record.usage = response.usage;
             record.cost_credits = cost.billed.0;
             record.raw_cost_credits = cost.raw.0;
@@ -285,13 +287,13 @@ impl RunLog {
             record.response = self
                 .writer
                 .keeps_runs()
-                .then(|| logged_response(response, Some(response.finish_reason.as_openai())));
+                .then(|| logged_response(response, finish_reason));
             record.completed_at = Some(Timestamp::now());
         }
     }
 
     pub async fn succeed(mut self, provider: &str, model: &str, response: &InferenceResponse) {
-        self.settle(provider, model, response, RunStatus::Succeeded);
+        self.settle(provider, model, response, true);
         self.flush().await;
     }
 
@@ -304,8 +306,20 @@ impl RunLog {
         response: &InferenceResponse,
         cost: Cost,
     ) {
-        self.settle_priced(provider, model, response, RunStatus::Succeeded, cost);
+        self.settle_priced(provider, model, response, true, cost);
         self.flush().await;
+    }
+
+    /// Ends the run as failed with `code` and `message`, now.
+    fn mark_failed(&mut self, code: &str, message: &str) {
+        let duration_ms = self.elapsed_ms();
+        if let Some(record) = self.record.as_mut() {
+            record.status = RunStatus::Failed;
+            record.error_code = Some(code.to_string());
+            record.error_message = Some(message.to_string());
+            record.duration_ms = duration_ms;
+            record.completed_at = Some(Timestamp::now());
+        }
     }
 
     /// A multi-call request that failed after spending `cost` on earlier calls.
@@ -318,17 +332,12 @@ impl RunLog {
         usage: Usage,
         cost: Cost,
     ) {
-        let duration_ms = self.elapsed_ms();
+        self.mark_failed(error.code(), &error.to_string());
         if let Some(record) = self.record.as_mut() {
             if let Some((provider, model)) = served {
                 record.provider = Some(provider.to_string());
                 record.served_model = Some(format!("{provider}/{model}"));
             }
-            record.status = RunStatus::Failed;
-            record.error_code = Some(error.code().to_string());
-            record.error_message = Some(error.to_string());
-            record.duration_ms = duration_ms;
-            record.completed_at = Some(Timestamp::now());
             record.usage = usage;
             record.cost_credits = cost.billed.0;
             record.raw_cost_credits = cost.raw.0;
@@ -342,16 +351,11 @@ impl RunLog {
     /// A model that spent nothing (it refused or failed) served nothing: no served model, and no
     /// price of its to be uncertain of.
     pub async fn fail(mut self, model: Option<(&str, &str)>, error: &ExecutorError, spent: Usage) {
-        let duration_ms = self.elapsed_ms();
         let answered = model.filter(|_| spent != Usage::default());
         let cost =
             answered.map(|(provider, model)| self.pricing.cost(provider, model, model, &spent));
+        self.mark_failed(error.code(), &error.to_string());
         if let Some(record) = self.record.as_mut() {
-            record.status = RunStatus::Failed;
-            record.error_code = Some(error.code().to_string());
-            record.error_message = Some(error.to_string());
-            record.duration_ms = duration_ms;
-            record.completed_at = Some(Timestamp::now());
             if let Some((provider, _)) = model {
                 record.provider = Some(provider.to_string());
             }
@@ -400,31 +404,19 @@ impl RunLog {
         code: &str,
         message: &str,
     ) -> Usage {
-        let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
-        if !produced {
-            let duration_ms = self.elapsed_ms();
+        if !partial.has_output() {
+            self.mark_failed(code, message);
             if let Some(record) = self.record.as_mut() {
-                record.status = RunStatus::Failed;
                 record.provider = Some(provider.to_string());
-                record.error_code = Some(code.to_string());
-                record.error_message = Some(message.to_string());
-                record.duration_ms = duration_ms;
-                record.completed_at = Some(Timestamp::now());
             }
             return Usage::default();
         }
         let mut billed = partial.clone();
         self.estimate_unreported(&mut billed);
-        self.settle(provider, model, &billed, RunStatus::Succeeded);
+        self.settle(provider, model, &billed, finished);
         if let Some(record) = self.record.as_mut() {
             record.error_code = Some(code.to_string());
             record.error_message = Some(message.to_string());
-            if !finished {
-                record.finish_reason = None;
-                if record.response.is_some() {
-                    record.response = Some(logged_response(partial, None));
-                }
-            }
         }
         billed.usage
     }
@@ -432,11 +424,10 @@ impl RunLog {
     /// Most providers send usage only at the end of a stream, and some never (a compatible
     /// server that ignores `stream_options.include_usage`): an answer that came with no output
     /// tokens would bill nothing for what it said. Its usage is estimated instead (the prompt's
-    /// too when none was reported), with the `USAGE_ESTIMATED` warning; `true` if it was.
-    pub fn estimate_unreported(&mut self, response: &mut InferenceResponse) -> bool {
-        let produced = !response.text.is_empty() || !response.tool_calls.is_empty();
-        if !produced || response.usage.tokens_out != 0 {
-            return false;
+    /// too when none was reported), with the `USAGE_ESTIMATED` warning.
+    pub fn estimate_unreported(&mut self, response: &mut InferenceResponse) {
+        if !response.has_output() || response.usage.tokens_out != 0 {
+            return;
         }
         response.usage.tokens_out = estimated_output_tokens(response);
         if response.usage.tokens_in == 0 {
@@ -448,12 +439,11 @@ impl RunLog {
             response.usage.tokens_in = estimated_tokens(prompt);
         }
         self.note_estimated_usage();
-        true
     }
 
     /// Warns that the run is billed on estimated tokens (`USAGE_ESTIMATED`): a stream was cut
     /// before its provider reported usage.
-    pub fn note_estimated_usage(&mut self) {
+    fn note_estimated_usage(&mut self) {
         if let Some(record) = self.record.as_mut()
             && !record.warnings.iter().any(|w| w.code == USAGE_ESTIMATED)
         {

@@ -124,7 +124,7 @@ impl EventStream {
                    "agentRole": Value::Null, "recoverable": false}),
         )];
         let mut partial = self.accumulator.snapshot();
-        let produced = !partial.text.is_empty() || !partial.tool_calls.is_empty();
+        let produced = partial.has_output();
         self.phase = Phase::Done;
         let mut log = self.log.take();
         // What the run is billed on (an estimate when the provider reported no usage) is what

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use baton_domain::TenantId;
 use baton_domain::chat::{InferenceRequest, InferenceResponse, ToolCall, Usage};
+use baton_domain::credits::Credits;
 use baton_domain::origin::CallbackOrigin;
 use baton_domain::run::{RunWarning, ToolCallRecord};
 use baton_domain::tool::McpServer;
@@ -280,7 +281,7 @@ impl SharedEvents {
     pub(crate) fn usage_data(&self, tree_credits: i64) -> Value {
         let events = self.lock();
         json!({"cumulativeCreditsUsed": tree_credits,
-               "cumulativeCostUsd": baton_domain::credits::Credits(tree_credits).to_usd(),
+               "cumulativeCostUsd": Credits(tree_credits).to_usd(),
                "cumulativeTokensIn": events.tree_tokens.0,
                "cumulativeTokensOut": events.tree_tokens.1,
                "activeAgents": events.active_agents, "completedAgents": events.completed_agents,
@@ -419,7 +420,44 @@ impl CancelLook {
     }
 }
 
+/// A model call that was billed, as its `agentInferenceCompleted` tells it.
+struct BilledCall<'a> {
+    inference_id: &'a str,
+    started: Instant,
+    model: &'a ChainModel,
+    usage: Usage,
+    credits: Credits,
+}
+
 impl GatewayTurns<'_> {
+    /// Tells the stream a call was billed: `agentInferenceCompleted` (with `answer`'s finish
+    /// reason and tool calls, and whether a fallback gave it; none for a call cut short), then
+    /// its tokens in the tree's totals and the tree's `usageUpdate`.
+    fn tell_billed(&self, call: &BilledCall<'_>, answer: Option<(&InferenceResponse, bool)>) {
+        let (finish_reason, tool_calls, was_fallback) = answer
+            .map_or((None, 0, false), |(r, f)| {
+                (Some(r.finish_reason.as_openai()), r.tool_calls.len(), f)
+            });
+        let usage = call.usage;
+        self.events.emit(
+            "agentInferenceCompleted",
+            json!({"inferenceRequestId": call.inference_id, "model": call.model.model,
+                   "provider": call.model.provider,
+                   "durationMs": u64::try_from(call.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                   "usage": {"tokensIn": usage.tokens_in, "tokensOut": usage.tokens_out,
+                             "reasoningTokens": usage.reasoning_tokens,
+                             "costCredits": call.credits.0, "costUsd": call.credits.to_usd()},
+                   "finishReason": finish_reason, "toolCallCount": tool_calls,
+                   "wasCached": false, "wasFallback": was_fallback}),
+        );
+        // Cumulative across the whole tree, like the agent counts beside them.
+        self.events
+            .add_tree_tokens(usage.tokens_in, usage.tokens_out);
+        let tree_credits = self.spent.load(std::sync::atomic::Ordering::Relaxed);
+        self.events
+            .emit("usageUpdate", self.events.usage_data(tree_credits));
+    }
+
     /// Whether model turns are streamed so their text reaches a live events stream as it
     /// arrives (`contentDelta`): the top agent's turns only, when its client wants them. A sub-agent's
     /// answer is its result (`agentCompleted`), so a client that joins the deltas gets the
@@ -534,24 +572,14 @@ impl ModelTurns for GatewayTurns<'_> {
                 self.spent
                     .fetch_add(cost.billed.0, std::sync::atomic::Ordering::Relaxed);
                 self.usage.add(response.usage);
-                self.events.emit(
-                    "agentInferenceCompleted",
-                    json!({"inferenceRequestId": inference_id, "model": answer.model.model,
-                           "provider": answer.model.provider,
-                           "durationMs": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                           "usage": {"tokensIn": response.usage.tokens_in, "tokensOut": response.usage.tokens_out,
-                                     "reasoningTokens": response.usage.reasoning_tokens,
-                                     "costCredits": cost.billed.0, "costUsd": cost.billed.to_usd()},
-                           "finishReason": response.finish_reason.as_openai(),
-                           "toolCallCount": response.tool_calls.len(),
-                           "wasCached": false, "wasFallback": answer.fallback_used}),
-                );
-                // Cumulative across the whole tree, like the agent counts beside them.
-                self.events
-                    .add_tree_tokens(response.usage.tokens_in, response.usage.tokens_out);
-                let tree_credits = self.spent.load(std::sync::atomic::Ordering::Relaxed);
-                let usage = self.events.usage_data(tree_credits);
-                self.events.emit("usageUpdate", usage);
+                let billed = BilledCall {
+                    inference_id: &inference_id,
+                    started,
+                    model: &answer.model,
+                    usage: response.usage,
+                    credits: cost.billed,
+                };
+                self.tell_billed(&billed, Some((&response, answer.fallback_used)));
                 tracing::debug!(
                     model = %answer.model.model,
                     tokens_in = response.usage.tokens_in,
@@ -580,22 +608,14 @@ impl ModelTurns for GatewayTurns<'_> {
                     // the tree's totals say what it cost, as for a call that finished.
                     if failure.spent != Usage::default() {
                         self.billed_failures += 1;
-                        self.events.emit(
-                            "agentInferenceCompleted",
-                            json!({"inferenceRequestId": inference_id, "model": model.model,
-                                   "provider": model.provider,
-                                   "durationMs": u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-                                   "usage": {"tokensIn": failure.spent.tokens_in, "tokensOut": failure.spent.tokens_out,
-                                             "reasoningTokens": failure.spent.reasoning_tokens,
-                                             "costCredits": cost.billed.0, "costUsd": cost.billed.to_usd()},
-                                   "finishReason": Value::Null, "toolCallCount": 0,
-                                   "wasCached": false, "wasFallback": false}),
-                        );
-                        self.events
-                            .add_tree_tokens(failure.spent.tokens_in, failure.spent.tokens_out);
-                        let tree_credits = self.spent.load(std::sync::atomic::Ordering::Relaxed);
-                        let usage = self.events.usage_data(tree_credits);
-                        self.events.emit("usageUpdate", usage);
+                        let billed = BilledCall {
+                            inference_id: &inference_id,
+                            started,
+                            model,
+                            usage: failure.spent,
+                            credits: cost.billed,
+                        };
+                        self.tell_billed(&billed, None);
                     }
                 }
                 self.usage.add(failure.spent);
@@ -751,6 +771,14 @@ impl From<RunFailure> for ExecutorError {
     }
 }
 
+/// A run's own cost plus what each sub-agent it called spent across its subtree.
+fn subtree_credits(cost: Cost, calls: &[ToolCallRecord]) -> i64 {
+    calls
+        .iter()
+        .filter_map(|c| c.child_credits_used)
+        .fold(cost.billed.0, i64::saturating_add)
+}
+
 /// Runs the loop, logs the run (with its tool calls and events) and emits the closing events.
 pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
     let ToolRunInput {
@@ -867,19 +895,14 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
     let fallback_used = log.record_mut().is_some_and(|r| r.fallback_used);
     match outcome {
         Ok(outcome) => {
-            let children: i64 = outcome
-                .tool_calls
-                .iter()
-                .filter_map(|c| c.child_credits_used)
-                .fold(0, i64::saturating_add);
-            let tree_credits = cost.billed.0.saturating_add(children);
+            let tree_credits = subtree_credits(cost, &outcome.tool_calls);
             if is_root {
                 let total = tree_credits.saturating_add(earlier_credits);
                 let spawns = scope.spawns.load(std::sync::atomic::Ordering::Relaxed);
                 // Like the credits, the whole tree's (SPEC.md: "whole request, all agents").
                 let tree = events.tree_totals();
                 let mut data = json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
-                           "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
+                           "totalCostUsd": Credits(total).to_usd(),
                            "totalTokensIn": tree.tokens_in,
                            "totalTokensOut": tree.tokens_out,
                            "totalInferenceCount": tree.inferences,
@@ -952,11 +975,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
                 record.cancelled_at = Some(baton_domain::Timestamp::now());
                 record.inference_count = inferences;
             }
-            let children: i64 = tool_calls
-                .iter()
-                .filter_map(|c| c.child_credits_used)
-                .fold(0, i64::saturating_add);
-            let tree_credits = cost.billed.0.saturating_add(children);
+            let tree_credits = subtree_credits(cost, &tool_calls);
             if inferences == 0 {
                 if is_root {
                     events.emit(
@@ -997,7 +1016,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
                 events.emit(
                     "requestCompleted",
                     json!({"durationMs": events.elapsed_ms(), "totalCreditsUsed": total,
-                           "totalCostUsd": baton_domain::credits::Credits(total).to_usd(),
+                           "totalCostUsd": Credits(total).to_usd(),
                            "totalTokensIn": tree.tokens_in, "totalTokensOut": tree.tokens_out,
                            "totalInferenceCount": tree.inferences, "totalToolCalls": tree.tool_calls,
                            "totalAgentSpawns": scope.spawns.load(std::sync::atomic::Ordering::Relaxed),
@@ -1028,10 +1047,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
             inferences,
             ..
         }) => {
-            let tree_credits = tool_calls
-                .iter()
-                .filter_map(|c| c.child_credits_used)
-                .fold(cost.billed.0, i64::saturating_add);
+            let tree_credits = subtree_credits(cost, &tool_calls);
             if is_root {
                 let (code, message) = (error.code(), error.to_string());
                 events.emit(
