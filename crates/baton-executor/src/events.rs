@@ -729,22 +729,21 @@ pub fn record_call_end(
     match failure {
         Some((code, message)) if !produced => emit_failure(events, code, message),
         Some((code, message)) => {
-            events.record(
-                "error",
-                json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
-            );
+            events.record("error", request_error(code, message));
             record_completion(events, call, response, credits, finished);
         }
         None => record_completion(events, call, response, credits, finished),
     }
 }
 
+/// The data of the request's own `error` event (not an agent's, not recoverable).
+pub fn request_error(code: &str, message: &str) -> Value {
+    json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false})
+}
+
 /// `error` then `requestFailed`, for the log: the end of a request that produced nothing.
 pub fn emit_failure(events: &mut EventLog, code: &str, message: &str) {
-    events.record(
-        "error",
-        json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
-    );
+    events.record("error", request_error(code, message));
     events.record("requestFailed", json!({"code": code, "message": message}));
 }
 

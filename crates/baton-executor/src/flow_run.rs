@@ -29,6 +29,7 @@ use crate::engine::{CompiledVersion, Engine};
 use crate::error::{ExecutorError, ExecutorResult};
 use crate::events::{
     CallInfo, EarlierCall, EventLog, EventOptions, record_call_outcome, record_call_started,
+    request_error,
 };
 use crate::gateway::{
     Failure, RequestTimeouts, answer, check_model, check_rate_limit, opening, plan_chain, refused,
@@ -995,8 +996,7 @@ fn live_envelopes(
                 shows_errors.then(|| {
                     EventLog::new(live.run_id.clone()).emit(
                         "error",
-                        json!({"code": error.code(), "message": error.to_string(),
-                               "agentRole": Value::Null, "recoverable": false}),
+                        request_error(error.code(), &error.to_string()),
                     )
                 })
             }

@@ -19,7 +19,7 @@ use tokio::time::{Interval, MissedTickBehavior, interval_at};
 use crate::cache::CacheFill;
 use crate::error::ExecutorError;
 use crate::events::{
-    CallInfo, EventLog, EventOptions, data_value, record_call_end, request_completed,
+    CallInfo, EventLog, EventOptions, data_value, record_call_end, request_completed, request_error,
 };
 use crate::gateway::{Answer, Failure, Opening, Routed};
 use crate::runlog::CLIENT_DISCONNECTED;
@@ -118,11 +118,7 @@ impl EventStream {
     /// Ends the stream on `error`: `error` event, then `requestCompleted` if anything was
     /// produced (else `requestFailed`); the log records the partial answer with the error.
     async fn fail(&mut self, error: &ExecutorError) -> Vec<Option<Value>> {
-        let mut batch = vec![self.emit(
-            "error",
-            json!({"code": error.code(), "message": error.to_string(),
-                   "agentRole": Value::Null, "recoverable": false}),
-        )];
+        let mut batch = vec![self.emit("error", request_error(error.code(), &error.to_string()))];
         let mut partial = self.accumulator.snapshot();
         let produced = partial.has_output();
         self.phase = Phase::Done;
@@ -185,11 +181,7 @@ impl EventStream {
                 self.phase = Phase::Done;
                 let (code, message) = (failure.error.code(), failure.error.to_string());
                 let batch = vec![
-                    self.emit(
-                        "error",
-                        json!({"code": code, "message": message,
-                               "agentRole": Value::Null, "recoverable": false}),
-                    ),
+                    self.emit("error", request_error(code, &message)),
                     self.emit("requestFailed", json!({"code": code, "message": message})),
                 ];
                 if let Some(mut log) = self.log.take() {
@@ -378,8 +370,7 @@ pub fn envelopes(state: EventStream) -> impl Stream<Item = Value> + Send {
                             }
                             let invalid = structured_output_problem(s.schema.as_ref(), &response);
                             if let Some(error) = &invalid {
-                                batch.push(s.emit("error", json!({"code": error.code(), "message": error.to_string(),
-                                                                  "agentRole": Value::Null, "recoverable": false})));
+                                batch.push(s.emit("error", request_error(error.code(), &error.to_string())));
                             }
                             batch.push(s.inference_completed(&response));
                             s.phase = Phase::Done;

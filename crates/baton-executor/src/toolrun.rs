@@ -25,7 +25,7 @@ use crate::context::{AgentContext, StateScope};
 use crate::dispatch::{Dispatcher, McpDirectory};
 use crate::engine::Engine;
 use crate::error::{ExecutorError, ExecutorResult};
-use crate::events::{EventFilter, EventLog, EventOptions};
+use crate::events::{EventFilter, EventLog, EventOptions, request_error};
 use crate::gateway::{CallPlan, answer, relayed_answer};
 use crate::runlog::{Pricing, RunLog};
 use crate::tool_loop::{LoopFailure, ModelTurns, ToolEvents};
@@ -963,11 +963,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
                 parameter: None,
             };
             if is_root {
-                events.emit(
-                    "error",
-                    json!({"code": "RUN_CANCELLED", "message": warning.message,
-                           "agentRole": Value::Null, "recoverable": false}),
-                );
+                events.emit("error", request_error("RUN_CANCELLED", &warning.message));
             }
             if let Some(record) = log.record_mut() {
                 record.tool_calls = tool_calls.clone();
@@ -1050,10 +1046,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
             let tree_credits = subtree_credits(cost, &tool_calls);
             if is_root {
                 let (code, message) = (error.code(), error.to_string());
-                events.emit(
-                    "error",
-                    json!({"code": code, "message": message, "agentRole": Value::Null, "recoverable": false}),
-                );
+                events.emit("error", request_error(code, &message));
                 events.emit("requestFailed", json!({"code": code, "message": message}));
             }
             if let Some(record) = log.record_mut() {
