@@ -1036,6 +1036,15 @@ pub struct McpServer {
 /// Shown instead of a stored header value; sent back unchanged on update, it keeps the value.
 pub const REDACTED: &str = "********";
 
+/// The stored value of header `name` (header names ignore case), which a `********` sent back
+/// on update keeps.
+pub fn stored_header<'a>(stored: &'a BTreeMap<String, String>, name: &str) -> Option<&'a String> {
+    stored
+        .iter()
+        .find(|(stored, _)| stored.eq_ignore_ascii_case(name))
+        .map(|(_, value)| value)
+}
+
 impl McpServer {
     /// The record as clients see it: header values replaced by [`REDACTED`].
     pub fn redacted(mut self) -> McpServer {

@@ -27,12 +27,13 @@ pub fn check_bootstrap_key(configured_key: Option<&SecretString>) -> Result<(), 
     }
 }
 
-/// On an empty database: creates tenant `default` with one API key.
+/// On an empty database: creates tenant `default` with one API key (`configured_key`, which
+/// start-up has checked with [`check_bootstrap_key`] before opening the database, else a new
+/// one).
 pub async fn bootstrap_if_empty(
     store: &Store,
     configured_key: Option<&SecretString>,
 ) -> Result<Option<Bootstrap>, ServerError> {
-    check_bootstrap_key(configured_key)?;
     if store.count_tenants().await? > 0 {
         return Ok(None);
     }

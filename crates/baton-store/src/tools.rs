@@ -2,7 +2,9 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use baton_domain::tool::{McpServer, REDACTED, Tool, ToolUsage, ValidMcpServer, ValidTool};
+use baton_domain::tool::{
+    McpServer, REDACTED, Tool, ToolUsage, ValidMcpServer, ValidTool, stored_header,
+};
 use baton_domain::{TenantId, Timestamp, new_id};
 use sea_orm::{ActiveModelTrait, ColumnTrait, EntityTrait, QueryFilter, QueryOrder, Set};
 
@@ -292,11 +294,7 @@ impl Store {
             .iter()
             .filter_map(|(name, value)| {
                 if value == REDACTED {
-                    // Header names ignore case: `authorization` keeps `Authorization`'s value.
-                    stored
-                        .iter()
-                        .find(|(stored, _)| stored.eq_ignore_ascii_case(name))
-                        .map(|(_, kept)| (name.clone(), kept.clone()))
+                    stored_header(&stored, name).map(|kept| (name.clone(), kept.clone()))
                 } else {
                     Some((name.clone(), value.clone()))
                 }

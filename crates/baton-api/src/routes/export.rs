@@ -73,6 +73,9 @@ pub async fn import(
         .iter()
         .filter_map(|t| t.get("id").and_then(|v| v.as_str()))
         .collect();
+    // The tenant's tools, read once: template tool ids are checked against them, and the
+    // document's tools matched by name.
+    let existing = state.store.list_tools(&principal.tenant).await?;
     // The document is checked whole before anything is written, as saving each part would be.
     let mut flows = document.flows.clone();
     for (i, flow) in flows.iter_mut().enumerate() {
@@ -118,12 +121,7 @@ pub async fn import(
                         .await?;
                 for (t, id) in template.tool_ids.iter().enumerate() {
                     let known = document_tools.contains(&id.as_str())
-                        || state
-                            .store
-                            .tools_by_ids(&principal.tenant, std::slice::from_ref(id))
-                            .await?
-                            .iter()
-                            .any(|tool| &tool.id == id);
+                        || existing.iter().any(|tool| &tool.id == id);
                     if !known {
                         return Err(ApiError::validation(
                             format!("{prefix}toolIds[{t}]"),
@@ -217,7 +215,6 @@ pub async fn import(
     let mut report = ImportReport::default();
     // Old tool id -> this tenant's tool id.
     let mut tool_ids: HashMap<String, String> = HashMap::new();
-    let existing = state.store.list_tools(&principal.tenant).await?;
     for (old_id, tool) in tools {
         let id = if let Some(found) = existing.iter().find(|t| t.name == tool.name) {
             report.tools_skipped.push(tool.name.clone());

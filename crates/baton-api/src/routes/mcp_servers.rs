@@ -5,7 +5,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use baton_domain::tool::{
     DiscoveredTool, McpImportInput, McpServer, McpServerInput, REDACTED, Tool, ToolInput, ToolType,
-    ValidMcpServer, mcp_local_name,
+    ValidMcpServer, mcp_local_name, stored_header,
 };
 
 use crate::auth::Principal;
@@ -96,12 +96,7 @@ pub async fn update_mcp_server(
         .unwrap_or(true);
     // `********` keeps a value only where there is one to keep.
     if let Some(name) = server.headers.iter().find_map(|(name, value)| {
-        (value == REDACTED
-            && !current
-                .headers
-                .keys()
-                .any(|stored| stored.eq_ignore_ascii_case(name)))
-        .then_some(name)
+        (value == REDACTED && stored_header(&current.headers, name).is_none()).then_some(name)
     }) {
         return Err(ApiError::validation(
             format!("headers.{name}"),

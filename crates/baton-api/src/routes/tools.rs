@@ -4,7 +4,9 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use baton_domain::TenantId;
-use baton_domain::tool::{REDACTED, Tool, ToolInput, ToolType, ToolUsage, ValidTool};
+use baton_domain::tool::{
+    REDACTED, Tool, ToolInput, ToolType, ToolUsage, ValidTool, stored_header,
+};
 use baton_store::StoreError;
 
 use crate::auth::Principal;
@@ -202,13 +204,8 @@ pub async fn update_tool(
                      than keeping the stored one",
                 ));
             }
-            // Header names ignore case: `authorization` keeps `Authorization`'s value.
             if value == REDACTED
-                && let Some((_, kept)) = stored
-                    .config
-                    .headers
-                    .iter()
-                    .find(|(stored, _)| stored.eq_ignore_ascii_case(name))
+                && let Some(kept) = stored_header(&stored.config.headers, name)
             {
                 value.clone_from(kept);
             }
