@@ -5,7 +5,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::chat::wait_for_run;
-use crate::tools::{Setup, calls, setup, tool_messages};
+use crate::tools::{Setup, calls, events_of, setup, tool_messages};
 use baton_testkit::Reply;
 
 impl Setup {
@@ -98,14 +98,6 @@ async fn credits_per_call(s: &Setup) -> i64 {
     let micro = 10 * mini["inputCreditsPerMillion"].as_i64().unwrap()
         + 5 * mini["outputCreditsPerMillion"].as_i64().unwrap();
     (micro + 500_000) / 1_000_000
-}
-
-fn events_of(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
 }
 
 #[tokio::test]
@@ -278,16 +270,12 @@ async fn a_failed_sub_agents_spend_is_in_the_trees_totals() {
     assert_eq!(child.cost_credits, c, "the child's own call");
 
     script();
-    let response = s
-        .app
-        .client
-        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
-        .bearer_auth(&s.key)
-        .json(&json!({"stream": true, "parameters": {"topic": "rust"}}))
-        .send()
-        .await
-        .unwrap();
-    let events = events_of(&response.text().await.unwrap());
+    let events = s
+        .stream_run(
+            &root.0,
+            json!({"stream": true, "parameters": {"topic": "rust"}}),
+        )
+        .await;
     let last = |t: &str| events.iter().rev().find(|e| e["type"] == t).unwrap();
     assert_eq!(last("agentFailed")["data"]["totalCreditsUsed"], 2 * c);
     assert_eq!(last("toolFailed")["data"]["childCreditsUsed"], 2 * c);
@@ -882,20 +870,7 @@ async fn stream_sleeping_tree(s: &Setup, last: &str) -> (reqwest::Response, Stri
         .push(calls(&[("w", "worker", json!({"input": "sleep"}))]));
     s.mock.push(calls(&[("n", "nap", json!({}))]));
     s.mock.push(Reply::text(last));
-    let response = s
-        .app
-        .client
-        .post(format!("{}/api/v1/flows/{}/runs", s.app.address, root.0))
-        .bearer_auth(&s.key)
-        .json(&json!({"stream": true}))
-        .send()
-        .await
-        .unwrap();
-    let run_id = response.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
-    (response, run_id)
+    s.start_run_stream(&root.0, json!({"stream": true})).await
 }
 
 /// A run cancelled while its model answers with tool calls stops before running them; its log
@@ -910,19 +885,7 @@ async fn a_run_cancelled_before_its_tool_calls_keeps_the_answer_that_asked_for_t
         std::time::Duration::from_secs(3),
         Box::new(calls(&[("e1", "echo", json!({}))])),
     ));
-    let response = s
-        .app
-        .client
-        .post(format!("{}/api/v1/flows/{flow}/runs", s.app.address))
-        .bearer_auth(&s.key)
-        .json(&json!({"stream": true}))
-        .send()
-        .await
-        .unwrap();
-    let run_id = response.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let (response, run_id) = s.start_run_stream(&flow, json!({"stream": true})).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while s
         .app

@@ -1225,25 +1225,6 @@ async fn the_events_format_starts_before_the_provider_answers() {
         .map(|e| e["data"]["elapsedMs"].as_u64().unwrap())
         .collect();
     assert!(after.len() <= 2, "no burst of missed ticks: {after:?}");
-    // `include_usage` is a boolean, in either format.
-    for options in [
-        json!({"include_usage": "false"}),
-        json!({"format": "events", "include_usage": 0}),
-    ] {
-        let refused = app
-            .post(
-                "/api/v1/chat/completions",
-                &key,
-                chat(
-                    "openai/gpt-4o-mini",
-                    json!({"stream": true, "stream_options": options}),
-                ),
-            )
-            .await;
-        let error = refused.error(400, "VALIDATION_ERROR");
-        assert_eq!(error["param"], "stream_options.include_usage", "{options}");
-    }
-
     // A provider error before the first token: the stream tells it, the log keeps it.
     mock.push(Reply::status(400, "this request is not for me"));
     let failed = app
@@ -1313,11 +1294,23 @@ async fn the_events_format_streams_the_lifecycle_and_stores_it() {
     assert_eq!(response.status, 200, "{}", response.text);
     let events = envelopes(&response.text);
     let request_id = response.headers["x-request-id"].to_str().unwrap();
-    // The format is chunks or events; event options with chunks contradict each other.
+    // The format is chunks or events; event options with chunks contradict each other;
+    // `include_usage` is a boolean, in either format.
     let calls_before = mock.received().len();
-    for options in [
-        json!({"format": "bogus"}),
-        json!({"format": "chunks", "event_types": ["tool*"]}),
+    for (options, param) in [
+        (json!({"format": "bogus"}), "stream_options.format"),
+        (
+            json!({"format": "chunks", "event_types": ["tool*"]}),
+            "stream_options.format",
+        ),
+        (
+            json!({"include_usage": "false"}),
+            "stream_options.include_usage",
+        ),
+        (
+            json!({"format": "events", "include_usage": 0}),
+            "stream_options.include_usage",
+        ),
     ] {
         let refused = app
             .post(
@@ -1330,7 +1323,7 @@ async fn the_events_format_streams_the_lifecycle_and_stores_it() {
             )
             .await;
         let error = refused.error(400, "VALIDATION_ERROR");
-        assert_eq!(error["param"], "stream_options.format", "{options}");
+        assert_eq!(error["param"], param, "{options}");
     }
     assert_eq!(mock.received().len(), calls_before);
     for event in &events {

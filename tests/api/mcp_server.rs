@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::chat::wait_for_run;
 use crate::helpers::TestApp;
-use crate::tools::{Setup, calls, setup};
+use crate::tools::{Setup, calls, events_of, setup};
 use baton_testkit::Reply;
 
 type Client = RunningService<RoleClient, ClientConfig>;
@@ -58,14 +58,6 @@ async fn tool_error(client: &Client, tool: &str, arguments: Value, code: &str) -
     assert_eq!(content["error"]["code"], code, "{content}");
     assert!(content["error"]["requestId"].is_string(), "{content}");
     content["error"].clone()
-}
-
-fn events_of(text: &str) -> Vec<Value> {
-    text.lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .filter(|d| *d != "[DONE]")
-        .map(|d| serde_json::from_str(d).unwrap())
-        .collect()
 }
 
 /// Waits until `condition` holds, polling (the run log is written off the request path).
@@ -323,19 +315,7 @@ async fn cancel_run_stops_a_whole_tree_and_keeps_what_was_produced() {
     s.mock.push(calls(&[("n", "nap_sleeper", json!({}))]));
     s.mock.push(Reply::text("never asked"));
     let client = connect(&s.app, &s.key).await;
-    let response = s
-        .app
-        .client
-        .post(format!("{}/api/v1/flows/{root}/runs", s.app.address))
-        .bearer_auth(&s.key)
-        .json(&json!({"stream": true}))
-        .send()
-        .await
-        .unwrap();
-    let run_id = response.headers()["x-request-id"]
-        .to_str()
-        .unwrap()
-        .to_string();
+    let (response, run_id) = s.start_run_stream(&root, json!({"stream": true})).await;
     // Cancel while the child's tool call is in flight.
     eventually("the child's tool call started", async || {
         s.host.requests().len() == 1

@@ -562,7 +562,7 @@ async fn bad_arguments_go_back_to_the_model_and_max_tool_calls_ends_the_loop() {
     s.mock.push(calls(&[("c1", "count", json!({"n": 1}))]));
     s.mock.push(calls(&[("c2", "count", json!({"n": 2}))]));
     s.mock.push(calls(&[("c3", "count", json!({"n": 3}))]));
-    let events = stream_run(&s, &flow, json!({"stream": true})).await;
+    let events = s.stream_run(&flow, json!({"stream": true})).await;
     let done = events.last().unwrap();
     assert_eq!(done["type"], "requestCompleted");
     assert_eq!(
@@ -688,7 +688,7 @@ async fn a_streamed_tool_run_reports_each_tool_call_with_its_endpoint() {
 }
 
 /// The envelopes of an events stream's text.
-fn stream_events(text: &str) -> Vec<Value> {
+pub(crate) fn events_of(text: &str) -> Vec<Value> {
     text.lines()
         .filter_map(|l| l.strip_prefix("data: "))
         .filter(|d| *d != "[DONE]")
@@ -696,18 +696,36 @@ fn stream_events(text: &str) -> Vec<Value> {
         .collect()
 }
 
-async fn stream_run(s: &Setup, flow: &str, body: Value) -> Vec<Value> {
-    let response = s
-        .app
-        .client
-        .post(format!("{}/api/v1/flows/{flow}/runs", s.app.address))
-        .bearer_auth(&s.key)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    stream_events(&response.text().await.unwrap())
+impl Setup {
+    /// Starts a streamed run of `flow` (`body` asks for the stream); the response, still to be
+    /// read, and the run's id.
+    pub(crate) async fn start_run_stream(
+        &self,
+        flow: &str,
+        body: Value,
+    ) -> (reqwest::Response, String) {
+        let response = self
+            .app
+            .client
+            .post(format!("{}/api/v1/flows/{flow}/runs", self.app.address))
+            .bearer_auth(&self.key)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let run_id = response.headers()["x-request-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        (response, run_id)
+    }
+
+    /// A streamed run of `flow`, read to its end: its envelopes.
+    pub(crate) async fn stream_run(&self, flow: &str, body: Value) -> Vec<Value> {
+        let (response, _) = self.start_run_stream(flow, body).await;
+        assert_eq!(response.status(), 200);
+        events_of(&response.text().await.unwrap())
+    }
 }
 
 /// A streamed run with tools shows each model turn's text as it arrives (`contentDelta`),
@@ -735,7 +753,7 @@ async fn a_streamed_tool_run_relays_each_turns_text_as_it_arrives() {
     s.mock.push(first_turn.clone());
     s.mock.push(Reply::text(answer).with_usage(30, 11));
     let before = s.mock.received().len();
-    let events = stream_run(&s, &flow, json!({"stream": true})).await;
+    let events = s.stream_run(&flow, json!({"stream": true})).await;
     let received = s.mock.received();
     assert_eq!(received.len(), before + 2);
     for call in &received[before..] {
@@ -785,12 +803,12 @@ async fn a_streamed_tool_run_relays_each_turns_text_as_it_arrives() {
     s.mock.push(first_turn);
     s.mock.push(Reply::text(answer));
     let before = s.mock.received().len();
-    let events = stream_run(
-        &s,
-        &flow,
-        json!({"stream": true, "stream_options": {"event_types": ["request*", "tool*"]}}),
-    )
-    .await;
+    let events = s
+        .stream_run(
+            &flow,
+            json!({"stream": true, "stream_options": {"event_types": ["request*", "tool*"]}}),
+        )
+        .await;
     assert!(events.iter().all(|e| e["type"] != "contentDelta"));
     assert_eq!(
         events.last().unwrap()["data"]["result"]["textResponse"],
@@ -837,7 +855,7 @@ async fn streamed_tool_runs_relay_turns_in_every_wire_format() {
         s.mock
             .push(Reply::text("All fine over there.").with_usage(20, 6));
         let before = s.host.requests().len();
-        let events = stream_run(&s, &flow, json!({"stream": true})).await;
+        let events = s.stream_run(&flow, json!({"stream": true})).await;
         let text: String = events
             .iter()
             .filter(|e| e["type"] == "contentDelta")
@@ -905,7 +923,7 @@ async fn a_tool_run_turn_whose_stream_breaks_fails_the_run_and_bills_what_it_pro
         .push(Reply::BreakAfterFirstChunk(Box::new(Reply::text(
             "the second turn starts to answer and is then cut off for good",
         ))));
-    let events = stream_run(&s, &flow, json!({"stream": true})).await;
+    let events = s.stream_run(&flow, json!({"stream": true})).await;
     let types: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
     assert!(types.contains(&"contentDelta"), "{types:?}");
     let error = events.iter().find(|e| e["type"] == "error").unwrap();
@@ -949,7 +967,7 @@ async fn a_streamed_turn_without_reported_usage_is_billed_an_estimate() {
     s.mock.push(calls(&[("c1", "ping", json!({}))]));
     s.mock
         .push(Reply::text("an answer whose usage the provider never reports").with_usage(0, 0));
-    let events = stream_run(&s, &flow, json!({"stream": true})).await;
+    let events = s.stream_run(&flow, json!({"stream": true})).await;
     let done = events.last().unwrap();
     assert_eq!(done["type"], "requestCompleted", "{done}");
     let run = wait_for_run(&s.app, events[0]["requestId"].as_str().unwrap()).await;
