@@ -239,6 +239,92 @@ async fn routing_rules_are_validated_and_managed() {
 }
 
 #[tokio::test]
+async fn an_alias_a_flow_runs_on_stays_while_it_does() {
+    let s = setup().await;
+    let rule = s.rule("house", &[PRIMARY], json!({})).await;
+    let path = format!("/api/v1/routing-rules/{}", rule["id"].as_str().unwrap());
+    let app = &s.app;
+    let created = app.post(
+        "/api/v1/environments",
+        &s.key,
+        json!({"name": "production"}),
+    );
+    assert_eq!(created.await.status, 201);
+    let flow = app
+        .post("/api/v1/flows", &s.key, json!({"title": "Desk"}))
+        .await;
+    let slug = flow.json()["name"].as_str().unwrap().to_string();
+    let versions = app
+        .get(&format!("/api/v1/flows/{slug}/versions"), &s.key)
+        .await;
+    let v1 = versions.json()[0]["id"].as_str().unwrap().to_string();
+    let template = format!("/api/v1/flows/{slug}/versions/{v1}/templates/main");
+    let body = json!({"template": "Help.", "llm": PRIMARY, "fallbacks": ["house"]});
+    assert_eq!(app.put(&template, &s.key, body).await.status, 200);
+    // A draft does not hold the alias (it is checked again when activated)...
+    let renamed = app
+        .put(&path, &s.key, json!({"alias": "home", "models": [PRIMARY]}))
+        .await;
+    assert_eq!(renamed.status, 200, "{}", renamed.text);
+    let activate = format!("/api/v1/flows/{slug}/versions/{v1}/environments");
+    let refused = app
+        .post(&activate, &s.key, json!({"environment": "production"}))
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(refused["param"], "versionId");
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains("'main' fallbacks[0]"), "{message}");
+    app.put(
+        &path,
+        &s.key,
+        json!({"alias": "house", "models": [PRIMARY]}),
+    )
+    .await;
+    let activated = app
+        .post(&activate, &s.key, json!({"environment": "production"}))
+        .await;
+    assert_eq!(activated.status, 200, "{}", activated.text);
+    // ...an active version does, as a flow's classifier does.
+    let in_use = app.delete(&path, &s.key).await.error(409, "IN_USE");
+    let message = in_use["message"].as_str().unwrap();
+    assert!(
+        message.contains("template 'main' of flow 'desk'"),
+        "{message}"
+    );
+    app.put(&path, &s.key, json!({"alias": "home", "models": [PRIMARY]}))
+        .await
+        .error(409, "IN_USE");
+    let fork = format!("/api/v1/flows/{slug}/versions/{v1}/fork");
+    let forked = app.post(&fork, &s.key, json!({})).await;
+    assert_eq!(forked.status, 201, "{}", forked.text);
+    let v2 = forked.json()["id"].as_str().unwrap().to_string();
+    let body = json!({"template": "Help.", "llm": PRIMARY});
+    let replaced = format!("/api/v1/flows/{slug}/versions/{v2}/templates/main");
+    assert_eq!(app.put(&replaced, &s.key, body).await.status, 200);
+    let activate_v2 = format!("/api/v1/flows/{slug}/versions/{v2}/environments");
+    let activated = app
+        .post(&activate_v2, &s.key, json!({"environment": "production"}))
+        .await;
+    assert_eq!(activated.status, 200, "{}", activated.text);
+    let classifier = json!({"executionMode": "Route", "classifierModel": "house"});
+    let routed = app
+        .put(&format!("/api/v1/flows/{slug}"), &s.key, classifier)
+        .await;
+    assert_eq!(routed.status, 200, "{}", routed.text);
+    let in_use = app.delete(&path, &s.key).await.error(409, "IN_USE");
+    assert!(
+        in_use["message"]
+            .as_str()
+            .unwrap()
+            .contains("classifierModel")
+    );
+    let direct = json!({"executionMode": "Direct", "classifierModel": null});
+    app.put(&format!("/api/v1/flows/{slug}"), &s.key, direct)
+        .await;
+    assert_eq!(app.delete(&path, &s.key).await.status, 204);
+}
+
+#[tokio::test]
 async fn each_retryable_failure_falls_back_once_and_a_rejection_does_not() {
     let s = setup().await;
     s.rule("resilient", &[PRIMARY, BACKUP], json!({})).await;

@@ -224,6 +224,25 @@ pub async fn activate_version(
         flow_record.execution_mode,
         "versionId",
     )?;
+    // A model a template names may have gone since it was saved (a routing alias deleted):
+    // refused here rather than failing every run of the environment.
+    for template in &draft.templates {
+        let fallbacks = template.fallbacks.iter().enumerate();
+        let named = template.llm.iter().map(|name| ("llm".to_string(), name));
+        let named = named.chain(fallbacks.map(|(i, name)| (format!("fallbacks[{i}]"), name)));
+        for (field, name) in named {
+            if let Err(error) = check_model_name(&state, &principal.tenant, name, &field).await {
+                return Err(match error {
+                    ApiError::Invalid { code, message, .. } => ApiError::Invalid {
+                        code,
+                        message: format!("template '{}' {field}: {message}", template.name),
+                        param: Some("versionId".into()),
+                    },
+                    other => other,
+                });
+            }
+        }
+    }
     let comment = activation_comment(body.comment.as_deref())?;
     let activated = state
         .store

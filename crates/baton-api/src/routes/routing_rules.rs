@@ -119,7 +119,7 @@ pub async fn get_routing_rule(
         (status = 400, description = "Invalid field or unknown model", body = ErrorResponse),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such rule", body = ErrorResponse),
-        (status = 409, description = "The alias is taken (ALREADY_EXISTS), or the renamed alias is the tenant's defaultModel (IN_USE)", body = ErrorResponse),
+        (status = 409, description = "The alias is taken (ALREADY_EXISTS), or the renamed alias is named by the tenant's defaultModel, a flow's classifierModel or a template of an active version (IN_USE)", body = ErrorResponse),
     ))]
 pub async fn update_routing_rule(
     State(state): State<AppState>,
@@ -130,7 +130,7 @@ pub async fn update_routing_rule(
     let rule = validate(&state, body)?;
     let current = state.store.get_routing_rule(&principal.tenant, &id).await?;
     if current.alias != rule.alias {
-        not_the_default_model(&state, &principal, &current).await?;
+        not_in_use(&state, &principal, &current).await?;
     }
     let updated = state
         .store
@@ -140,22 +140,46 @@ pub async fn update_routing_rule(
     Ok(axum::Json(updated))
 }
 
-/// An alias the tenant's `defaultModel` names stays while it does: removing it (or renaming it)
-/// would fail every run that falls back on the default, as an unknown name saved there would.
-async fn not_the_default_model(
-    state: &AppState,
-    principal: &Principal,
-    rule: &RoutingRule,
-) -> ApiResult<()> {
+/// An alias something of the tenant names stays while it does: removing it (or renaming it)
+/// would fail every run that reaches that name, as an unknown name saved there would. What
+/// counts: the tenant's `defaultModel`, a flow's `classifierModel`, and the `llm` or a
+/// fallback of a template in a version active in some environment (a draft is checked again
+/// when it is activated; an old version when it is activated again).
+async fn not_in_use(state: &AppState, principal: &Principal, rule: &RoutingRule) -> ApiResult<()> {
+    let alias = rule.alias.as_str();
+    let in_use = |user: String| ApiError::Conflict {
+        code: "IN_USE",
+        message: format!("routing alias '{alias}' is {user}: change that first"),
+    };
     let settings = state.store.tenant_settings(&principal.tenant).await?;
-    if settings.settings.default_model.as_deref() == Some(rule.alias.as_str()) {
-        return Err(ApiError::Conflict {
-            code: "IN_USE",
-            message: format!(
-                "routing alias '{}' is the tenant's defaultModel: change the setting first",
-                rule.alias
-            ),
-        });
+    if settings.settings.default_model.as_deref() == Some(alias) {
+        return Err(in_use("the tenant's defaultModel".into()));
+    }
+    for flow in state.store.list_flows(&principal.tenant).await? {
+        if flow.classifier_model.as_deref().map(str::trim) == Some(alias) {
+            return Err(in_use(format!(
+                "the classifierModel of flow '{}'",
+                flow.name
+            )));
+        }
+        let mut active: Vec<(&String, &String)> = flow.active_versions.iter().collect();
+        active.sort_by_key(|(_, version)| *version);
+        active.dedup_by_key(|(_, version)| *version);
+        for (environment, version_id) in active {
+            let version = state
+                .store
+                .get_version(&principal.tenant, &flow.id, version_id)
+                .await?;
+            for template in &version.templates {
+                let names = template.llm.iter().chain(&template.fallbacks);
+                if names.into_iter().any(|name| name.trim() == alias) {
+                    return Err(in_use(format!(
+                        "named by template '{}' of flow '{}' version {} (active in '{environment}')",
+                        template.name, flow.name, version.number
+                    )));
+                }
+            }
+        }
     }
     Ok(())
 }
@@ -166,7 +190,7 @@ async fn not_the_default_model(
         (status = 204, description = "Deleted"),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such rule", body = ErrorResponse),
-        (status = 409, description = "The tenant's defaultModel names it (IN_USE)", body = ErrorResponse),
+        (status = 409, description = "The tenant's defaultModel, a flow's classifierModel or a template of an active version names it (IN_USE)", body = ErrorResponse),
     ))]
 pub async fn delete_routing_rule(
     State(state): State<AppState>,
@@ -174,7 +198,7 @@ pub async fn delete_routing_rule(
     PathParam(id): PathParam,
 ) -> ApiResult<StatusCode> {
     let current = state.store.get_routing_rule(&principal.tenant, &id).await?;
-    not_the_default_model(&state, &principal, &current).await?;
+    not_in_use(&state, &principal, &current).await?;
     state
         .store
         .delete_routing_rule(&principal.tenant, &id)
