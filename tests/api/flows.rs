@@ -517,6 +517,33 @@ async fn activated_flow(api: &Api<'_>, title: &str, templates: Value) -> String 
 }
 
 #[tokio::test]
+async fn parameters_that_empty_the_prompt_are_named_and_nothing_is_called() {
+    let (app, mock) = app_with_mock().await;
+    let api = Api {
+        app: &app,
+        key: app.default_tenant.api_key.clone(),
+    };
+    api.post("/api/v1/environments", json!({"name": "production"}))
+        .await;
+    let slug = activated_flow(
+        &api,
+        "Echo",
+        json!({"main": {"template": "", "userTemplate": "[[x]]", "llm": "openai/gpt-4o-mini"}}),
+    )
+    .await;
+    let refused = app
+        .post(
+            &format!("/api/v1/flows/{slug}/runs"),
+            &api.key,
+            json!({"parameters": {"x": " "}}),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(refused["param"], "parameters");
+    assert!(mock.received().is_empty());
+}
+
+#[tokio::test]
 async fn route_mode_lets_the_classifier_pick_a_described_template() {
     let (app, mock) = app_with_mock().await;
     let api = Api {
@@ -858,6 +885,12 @@ async fn export_from_one_tenant_imports_into_another_and_runs_there() {
     assert_eq!(run["output"]["text"], "imported answer");
     let (system, _) = system_and_user(&mock.received().pop().unwrap().body);
     assert_eq!(system, "Exported prompt about cats.");
+    // The replayed activation is the importer's, in the usual form.
+    let imported = b.get(&format!("/api/v1/flows/{slug}/versions")).await;
+    let by = imported[0]["activations"][0]["activatedBy"]
+        .as_str()
+        .unwrap();
+    assert!(by.starts_with("apiKey:") && !by.contains(' '), "{by}");
 
     // A second import skips what exists and changes nothing.
     let again = b.post("/api/v1/export/import", document.clone()).await;

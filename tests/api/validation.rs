@@ -86,3 +86,70 @@ async fn oversized_bodies_get_413_and_write_nothing() {
     assert_eq!(chunked.headers["connection"], "close");
     assert_eq!(app.get("/api/v1/customers", &key).await.json(), json!([]));
 }
+
+#[tokio::test]
+async fn operations_without_a_body_refuse_one_and_write_nothing() {
+    let app = spawn_app().await;
+    let key = app.default_tenant.api_key.clone();
+    let flow = app
+        .post("/api/v1/flows", &key, json!({"title": "Bodiless"}))
+        .await
+        .json();
+    let versions_path = format!("/api/v1/flows/{}/versions", flow["id"].as_str().unwrap());
+    let versions = app.url(&versions_path);
+    let with_body = |content_type: &'static str, body: &'static str| {
+        app.client
+            .post(&versions)
+            .bearer_auth(&key)
+            .header("content-type", content_type)
+            .body(body)
+    };
+    let refused = send(with_body("application/json", r#"{"templates": []}"#))
+        .await
+        .error(400, "VALIDATION_ERROR");
+    assert_eq!(refused["param"], "templates");
+    send(with_body("application/json", "{garbage"))
+        .await
+        .error(400, "INVALID_JSON");
+    send(with_body("text/plain", "garbage"))
+        .await
+        .error(400, "INVALID_CONTENT_TYPE");
+    let count = || async {
+        app.get(&versions_path, &key)
+            .await
+            .json()
+            .as_array()
+            .unwrap()
+            .len()
+    };
+    assert_eq!(count().await, 1, "a refused request created no version");
+    // No body, `{}` and `null` are all "none".
+    assert_eq!(
+        send(app.client.post(&versions).bearer_auth(&key))
+            .await
+            .status,
+        201
+    );
+    assert_eq!(send(with_body("application/json", "{}")).await.status, 201);
+    assert_eq!(
+        send(with_body("application/json", " null ")).await.status,
+        201
+    );
+    assert_eq!(count().await, 4);
+    let customer = app
+        .post("/api/v1/customers", &key, json!({"externalId": "c1"}))
+        .await;
+    assert_eq!(customer.status, 201);
+    let deactivate = app.url("/api/v1/customers/c1/deactivate");
+    let refused = send(
+        app.client
+            .post(&deactivate)
+            .bearer_auth(&key)
+            .json(&json!({"reason": "churned"})),
+    )
+    .await
+    .error(400, "VALIDATION_ERROR");
+    assert_eq!(refused["param"], "reason");
+    let kept = app.get("/api/v1/customers/c1", &key).await.json();
+    assert_eq!(kept["isActive"], true, "{kept}");
+}

@@ -35,16 +35,7 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| {
-                let mime = v.split(';').next().unwrap_or("").trim();
-                mime == "application/json"
-                    || (mime.starts_with("application/") && mime.ends_with("+json"))
-            });
-        if !is_json {
+        if !is_json(req.headers()) {
             return Err(ApiError::Invalid {
                 code: "INVALID_CONTENT_TYPE",
                 message: "send the body as JSON with Content-Type: application/json".into(),
@@ -68,6 +59,55 @@ where
         }
         parse_json(&bytes).map(Json)
     }
+}
+
+/// The body of an operation that takes none: nothing, `{}` or `null`. Anything else is refused
+/// (a field is named as an unknown one) rather than ignored, so a client that thinks it is
+/// passing options learns it is not, and nothing is written.
+pub struct NoBody;
+
+impl<S> FromRequest<S> for NoBody
+where
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct NoFields {}
+
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map_or(DEFAULT_MAX_BODY_BYTES, |limit| limit.0);
+        let has_json_type = is_json(req.headers());
+        let bytes = read_body(req.into_body(), limit).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(NoBody);
+        }
+        if !has_json_type {
+            return Err(ApiError::Invalid {
+                code: "INVALID_CONTENT_TYPE",
+                message: "this operation takes no body; send none, or {} as application/json"
+                    .into(),
+                param: None,
+            });
+        }
+        parse_json::<Option<NoFields>>(&bytes).map(|_| NoBody)
+    }
+}
+
+/// `application/json` or another `application/*+json` type.
+fn is_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let mime = v.split(';').next().unwrap_or("").trim();
+            mime == "application/json"
+                || (mime.starts_with("application/") && mime.ends_with("+json"))
+        })
 }
 
 /// The whole body, at most `limit` bytes; past it, the rest is drained (bounded) and the answer

@@ -325,9 +325,13 @@ impl Engine {
             messages.push(Message::text(Role::User, user));
         }
         if messages.is_empty() {
+            // Activation made sure the template renders to something on its own, so the
+            // parameters' values emptied it: they are what the caller can change.
             return Err(ExecutorError::validation(
-                "template",
-                format!("template '{template_name}' renders to nothing to send"),
+                "parameters",
+                format!(
+                    "template '{template_name}' renders to nothing to send with these parameters"
+                ),
             ));
         }
         let has_schema = schema_value.is_some();

@@ -683,10 +683,9 @@ impl Store {
                     version_id: Set(version_id.clone()),
                     environment: Set(activation.environment.clone()),
                     comment: Set(activation.comment.clone()),
-                    activated_by: Set(format!(
-                        "{imported_by} (import of {})",
-                        activation.activated_by
-                    )),
+                    // The importer, in the one `apiKey:<id>`/`user:<id>` form: the exporting
+                    // tenant's actors mean nothing here (and are not this tenant's to show).
+                    activated_by: Set(imported_by.to_string()),
                     activated_at: Set(to_millis(activation.activated_at)),
                 }
                 .insert(&txn)

@@ -11,7 +11,7 @@ use utoipa::IntoParams;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
-use crate::extract::{Json, PathParam, Query};
+use crate::extract::{Json, NoBody, PathParam, Query};
 use crate::state::AppState;
 
 const DEFAULT_PAGE: u64 = 100;
@@ -143,6 +143,7 @@ pub async fn delete_customer(
 #[utoipa::path(post, path = "/api/v1/customers/{externalId}/deactivate", tag = "customers",
     params(("externalId" = String, Path, description = "The tenant's id for the customer")),
     responses(
+        (status = 400, description = "A body other than none, {} or null (the operation takes none)", body = ErrorResponse),
         (status = 200, description = "The deactivated customer", body = Customer),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such customer", body = ErrorResponse),
@@ -151,6 +152,7 @@ pub async fn deactivate_customer(
     State(state): State<AppState>,
     principal: Principal,
     PathParam(external_id): PathParam,
+    _: NoBody,
 ) -> ApiResult<axum::Json<Customer>> {
     let patch = CustomerPatch {
         is_active: Some(false),

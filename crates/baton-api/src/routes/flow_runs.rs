@@ -17,7 +17,7 @@ use utoipa::ToSchema;
 use crate::auth::Principal;
 use crate::context::RequestId;
 use crate::error::{ApiResult, ErrorResponse};
-use crate::extract::{Json, PathParam};
+use crate::extract::{Json, NoBody, PathParam};
 use crate::gateway::RequestTimeouts;
 use crate::routes::chat::{capture_level, customer_of, header_tags};
 use crate::routes::chat_events::{EventOptions, sse_envelopes};
@@ -300,6 +300,7 @@ pub(crate) async fn written(
 #[utoipa::path(post, path = "/api/v1/runs/{runId}/cancel", tag = "runs",
     params(("runId" = String, Path, description = "Run (request) id")),
     responses(
+        (status = 400, description = "A body other than none, {} or null (the operation takes none)", body = ErrorResponse),
         (status = 202, description = "Cancel requested; the run as logged so far", body = Object),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such run", body = ErrorResponse),
@@ -309,6 +310,7 @@ pub async fn cancel_run(
     State(state): State<AppState>,
     principal: Principal,
     PathParam(run): PathParam,
+    _: NoBody,
 ) -> ApiResult<(axum::http::StatusCode, axum::Json<RunRecord>)> {
     let record = cancel(&state, &principal, &run).await?;
     Ok((axum::http::StatusCode::ACCEPTED, axum::Json(record)))

@@ -13,7 +13,7 @@ use utoipa::IntoParams;
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
-use crate::extract::{Json, PathParam, PathParams, Query};
+use crate::extract::{Json, NoBody, PathParam, PathParams, Query};
 use crate::state::AppState;
 
 #[utoipa::path(get, path = "/api/v1/flows", tag = "flows",
@@ -130,6 +130,7 @@ pub async fn list_versions(
 #[utoipa::path(post, path = "/api/v1/flows/{flowId}/versions", tag = "flows",
     params(("flowId" = String, Path, description = "Flow id or slug")),
     responses(
+        (status = 400, description = "A body other than none, {} or null (the operation takes none)", body = ErrorResponse),
         (status = 201, description = "The new draft", body = Version),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such flow", body = ErrorResponse),
@@ -138,6 +139,7 @@ pub async fn create_version(
     State(state): State<AppState>,
     principal: Principal,
     PathParam(flow): PathParam,
+    _: NoBody,
 ) -> ApiResult<(StatusCode, axum::Json<Version>)> {
     let version = state
         .store
@@ -170,6 +172,7 @@ pub async fn get_version(
 #[utoipa::path(post, path = "/api/v1/flows/{flowId}/versions/{versionId}/fork", tag = "flows",
     params(("flowId" = String, Path, description = "Flow id or slug"), ("versionId" = String, Path, description = "Version to copy")),
     responses(
+        (status = 400, description = "A body other than none, {} or null (the operation takes none)", body = ErrorResponse),
         (status = 201, description = "The new draft", body = Version),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such flow or version", body = ErrorResponse),
@@ -178,6 +181,7 @@ pub async fn fork_version(
     State(state): State<AppState>,
     principal: Principal,
     PathParams((flow, version)): PathParams<(String, String)>,
+    _: NoBody,
 ) -> ApiResult<(StatusCode, axum::Json<Version>)> {
     let forked = state
         .store

@@ -10,7 +10,7 @@ use baton_domain::tool::{
 
 use crate::auth::Principal;
 use crate::error::{ApiError, ApiResult, ErrorResponse};
-use crate::extract::{Json, PathParam};
+use crate::extract::{Json, NoBody, PathParam};
 use crate::routes::tools::check_input_schema;
 use crate::state::AppState;
 
@@ -170,6 +170,7 @@ async fn fetch_tools(
 #[utoipa::path(post, path = "/api/v1/mcp-servers/{id}/discover", tag = "mcp-servers",
     params(("id" = String, Path, description = "MCP server id")),
     responses(
+        (status = 400, description = "A body other than none, {} or null (the operation takes none)", body = ErrorResponse),
         (status = 200, description = "The server's tools, each marked when already imported", body = [DiscoveredTool]),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
         (status = 404, description = "No such server", body = ErrorResponse),
@@ -179,6 +180,7 @@ pub async fn discover_mcp_tools(
     State(state): State<AppState>,
     principal: Principal,
     PathParam(id): PathParam,
+    _: NoBody,
 ) -> ApiResult<axum::Json<Vec<DiscoveredTool>>> {
     let tools = fetch_tools(&state, &principal.tenant, &id).await?;
     state
