@@ -16,8 +16,10 @@
 //!    path and query are ignored) with the template's path and query.
 //! 4. An absolute `webUrl` (source `tool`) on a request that sent a callback URL keeps its path
 //!    and query but takes the callback origin's scheme, host and port (the legacy behaviour of
-//!    the debug header): source `callback`. An environment-pinned URL (source `environment`) is
-//!    never redirected: pinning is how a tenant fixes a real host for an environment.
+//!    the debug header): source `callback`, without the tool's stored headers (they are the
+//!    stored host's credentials, not the caller's). An environment-pinned URL (source
+//!    `environment`) is never redirected: pinning is how a tenant fixes a real host for an
+//!    environment.
 //! 5. Whenever the source is `callback`, the origin must match one of the tenant's registered
 //!    callback origins. With none registered the binding fails (caller-hosted tools do not run);
 //!    an origin that matches none fails naming the origin. The outbound guard (private and
@@ -94,6 +96,11 @@ pub struct CallContext<'a> {
 pub struct Endpoint {
     pub url: Url,
     pub origin_source: OriginSource,
+    /// Whether the tool's stored headers go with the call: not when a caller's callback URL
+    /// moved an absolute `webUrl` to its own host. Stored headers usually hold the tool's
+    /// credentials for the host it names, and any caller with a registered origin could
+    /// otherwise collect them (a record edit that changes the host must resend them too).
+    pub sends_stored_headers: bool,
 }
 
 /// Failure to bind a host: still carries what is known for the `toolFailed` event (origin
@@ -167,6 +174,7 @@ pub fn select_endpoint(tool: &Tool, ctx: &CallContext<'_>) -> Result<Endpoint, B
         return Ok(Endpoint {
             url,
             origin_source: source,
+            sends_stored_headers: true,
         });
     }
 
@@ -222,6 +230,8 @@ pub fn select_endpoint(tool: &Tool, ctx: &CallContext<'_>) -> Result<Endpoint, B
     Ok(Endpoint {
         url,
         origin_source: OriginSource::Callback,
+        // A relative webUrl is caller-hosted by design: its headers are meant for these hosts.
+        sends_stored_headers: relative,
     })
 }
 
@@ -349,7 +359,7 @@ async fn send(
             query.append_pair(name, value);
         }
     }
-    let headers = headers(tool, ctx, endpoint.origin_source)?;
+    let headers = headers(tool, ctx, endpoint)?;
     let request = client.request(reqwest::Method::GET, &url)?.headers(headers);
     let response = client.send(request).await?;
     let status = response.status();
@@ -391,15 +401,21 @@ fn query_text(value: &Value) -> Option<String> {
     }
 }
 
-/// The stored headers, then the callback token on `callback` calls. `HeaderMap` names are
-/// case-insensitive, so the token replaces a stored header of the same name in any case.
+/// The stored headers (unless the endpoint withholds them), then the callback token on
+/// `callback` calls. `HeaderMap` names are case-insensitive, so the token replaces a stored
+/// header of the same name in any case.
 fn headers(
     tool: &Tool,
     ctx: &CallContext<'_>,
-    source: OriginSource,
+    endpoint: &Endpoint,
 ) -> Result<HeaderMap, ToolError> {
     let mut headers = HeaderMap::new();
-    for (name, value) in &tool.config.headers {
+    let stored = endpoint
+        .sends_stored_headers
+        .then_some(&tool.config.headers)
+        .into_iter()
+        .flatten();
+    for (name, value) in stored {
         // The value is never quoted: stored headers often hold credentials.
         let header_name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| invalid_header(name, "not a valid header name"))?;
@@ -408,7 +424,7 @@ fn headers(
         header_value.set_sensitive(true);
         headers.insert(header_name, header_value);
     }
-    if source == OriginSource::Callback
+    if endpoint.origin_source == OriginSource::Callback
         && let Some(token) = ctx.callback_token
     {
         let name = tool.callback_token_header();

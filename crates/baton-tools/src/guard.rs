@@ -59,24 +59,20 @@ static FORBIDDEN_V4: LazyLock<Vec<Ipv4Net>> = LazyLock::new(|| {
     .collect()
 });
 
-/// IPv6 ranges that are not the public internet, or that embed an IPv4 address the guard could
-/// not see through (NAT64, 6to4, Teredo).
+/// The IPv6 internet: global unicast. Everything outside it is refused (loopback, unspecified,
+/// IPv4-mapped, -compatible and -translated forms, NAT64, discard, SRv6 SIDs, unique and link
+/// local, multicast, and whatever IANA reserves there later), so the list below only has to
+/// name the special-purpose blocks inside it.
+static GLOBAL_V6: LazyLock<Option<Ipv6Net>> = LazyLock::new(|| v6("2000::/3"));
+
+/// Special-purpose blocks inside global unicast that are not the public internet, or that embed
+/// an IPv4 address the guard could not see through (6to4, Teredo).
 static FORBIDDEN_V6: LazyLock<Vec<Ipv6Net>> = LazyLock::new(|| {
     [
-        "::/128",         // unspecified
-        "::1/128",        // loopback
-        "::ffff:0:0/96",  // IPv4-mapped (checked as IPv4 first; refused if that fails)
-        "::/96",          // IPv4-compatible (deprecated)
-        "64:ff9b::/96",   // NAT64
-        "64:ff9b:1::/48", // local-use NAT64
-        "100::/64",       // discard
-        "2001::/32",      // Teredo
-        "2001:db8::/32",  // documentation
-        "2002::/16",      // 6to4
-        "fc00::/7",       // unique local
-        "fe80::/10",      // link-local
-        "fec0::/10",      // site-local (deprecated)
-        "ff00::/8",       // multicast
+        "2001::/23",     // IETF protocol assignments: Teredo, benchmarking, ORCHID, AMT, ...
+        "2001:db8::/32", // documentation
+        "2002::/16",     // 6to4
+        "3fff::/20",     // documentation
     ]
     .iter()
     .filter_map(|n| v6(n))
@@ -96,7 +92,8 @@ fn forbidden_v4(ip: Ipv4Addr) -> bool {
 }
 
 fn forbidden_v6(ip: Ipv6Addr) -> bool {
-    FORBIDDEN_V6.iter().any(|net| net.contains(&ip))
+    let global = GLOBAL_V6.as_ref().is_some_and(|net| net.contains(&ip));
+    !global || FORBIDDEN_V6.iter().any(|net| net.contains(&ip))
 }
 
 /// Whether private destinations are allowed: never in a release build.
@@ -405,6 +402,16 @@ mod tests {
             "http://[fe80::1]/",
             "http://[2002:7f00:1::]/",
             "http://[::]/",
+            // IPv4-translated (RFC 2765), the rest of ::/8, ORCHIDv2, documentation, SRv6.
+            "http://[::ffff:0:a9fe:a9fe]/",
+            "http://[::ffff:0:a00:1]/",
+            "http://[::1:0:0:1]/",
+            "http://[1::1]/",
+            "http://[2001:20::1]/",
+            "http://[2001:2::1]/",
+            "http://[3fff::1]/",
+            "http://[5f00::1]/",
+            "http://[4000::1]/",
             "ftp://example.com/",
             "file:///etc/passwd",
         ] {
@@ -419,6 +426,8 @@ mod tests {
             "http://93.184.216.34/",
             "http://172.32.0.1/",
             "http://[2606:4700::1111]/",
+            "http://[2001:4860:4860::8888]/",
+            "http://[2a00:1450:4001::1]/",
         ] {
             assert!(policy.check_url(&Url::parse(url).unwrap()).is_ok(), "{url}");
         }

@@ -249,10 +249,14 @@ async fn the_token_uses_a_custom_header_and_wins_over_a_stored_one() {
 }
 
 #[tokio::test]
-async fn the_legacy_callback_redirect_sends_the_token_to_the_caller() {
+async fn the_legacy_callback_redirect_sends_the_token_but_not_the_stored_headers() {
     let setup = Setup::new().await;
-    // The stored host is never contacted: the callback origin replaces it.
-    let stored = tool("https://api.example.com/v1/weather?unit=c");
+    // The stored host is never contacted: the callback origin replaces it. The headers stored
+    // for api.example.com (its credentials) are not the caller's to collect.
+    let stored = with_headers(
+        tool("https://api.example.com/v1/weather?unit=c"),
+        &[("Authorization", "Bearer vendor-secret")],
+    );
     let outcome = setup
         .call(&stored, &setup.caller(Some("secret-token")), json!({}))
         .await;
@@ -261,6 +265,18 @@ async fn the_legacy_callback_redirect_sends_the_token_to_the_caller() {
     let request = &setup.host.requests()[0];
     assert_eq!(request.path, "/v1/weather");
     assert_eq!(request.header("x-tool-token"), Some("secret-token"));
+    assert_eq!(request.header("authorization"), None);
+    // A caller-hosted (relative) tool's headers are meant for the caller's hosts.
+    let relative = with_headers(
+        tool("/v1/weather"),
+        &[("Authorization", "Bearer for-callers")],
+    );
+    let outcome = setup
+        .call(&relative, &setup.caller(Some("secret-token")), json!({}))
+        .await;
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    let request = &setup.host.requests()[1];
+    assert_eq!(request.header("authorization"), Some("Bearer for-callers"));
 }
 
 #[tokio::test]
