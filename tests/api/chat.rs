@@ -748,6 +748,24 @@ async fn every_call_is_logged_with_usage_cost_customer_and_tags() {
             Some("https://dev.example.com")
         );
     }
+    // Sent beside X-Baton-Callback-Url, which wins as the callback, it still tags the run.
+    mock.push(Reply::text("x"));
+    let both = crate::helpers::send(
+        app.client
+            .post(app.url("/api/v1/chat/completions"))
+            .bearer_auth(&key)
+            .header("x-baton-debug-url", "https://dev.example.com/some/path")
+            .header("x-baton-callback-url", "https://app.example.com")
+            .json(&chat("openai/gpt-4o-mini", json!({}))),
+    )
+    .await;
+    assert_eq!(both.status, 200, "{}", both.text);
+    let run = wait_for_run(&app, both.headers["x-request-id"].to_str().unwrap()).await;
+    assert_eq!(run.tags, ["DebugUrl:https://dev.example.com"]);
+    assert_eq!(
+        run.callback_origin.as_deref(),
+        Some("https://app.example.com")
+    );
     let unknown = app
         .post(
             "/api/v1/chat/completions",

@@ -325,6 +325,31 @@ async fn an_alias_a_flow_runs_on_stays_while_it_does() {
 }
 
 #[tokio::test]
+async fn an_outage_ahead_of_an_unconfigured_provider_is_still_an_outage() {
+    let s = setup().await;
+    s.rule("edge", &[PRIMARY, "google/gemini-2.5-flash"], json!({}))
+        .await;
+    s.primary.push(Reply::status(503, "primary down"));
+    // Google is not configured here: passed over, and the 503 is what the client learns.
+    let failed = s.chat("edge", json!({})).await.error(502, "PROVIDER_ERROR");
+    assert!(
+        failed["message"].as_str().unwrap().contains("503"),
+        "{failed}"
+    );
+    assert_eq!(s.calls(), (1, 0));
+    // With nothing configured on the chain, it is a configuration problem, said so.
+    s.rule(
+        "nowhere",
+        &["google/gemini-2.5-flash", "deepseek/deepseek-v4-flash"],
+        json!({}),
+    )
+    .await;
+    s.chat("nowhere", json!({}))
+        .await
+        .error(400, "PROVIDER_NOT_CONFIGURED");
+}
+
+#[tokio::test]
 async fn each_retryable_failure_falls_back_once_and_a_rejection_does_not() {
     let s = setup().await;
     s.rule("resilient", &[PRIMARY, BACKUP], json!({})).await;

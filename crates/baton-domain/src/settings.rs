@@ -3,11 +3,11 @@
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::origin::{CallbackOrigin, parse_origin_list};
+use crate::tool::MAX_AGENT_DEPTH;
 use crate::{DomainError, DomainResult};
 
 /// Platform default for nested agent calls (SPEC.md "Limits").
 pub const DEFAULT_MAX_AGENT_DEPTH: u32 = 10;
-const MAX_AGENT_DEPTH_CEILING: u32 = 100;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -96,7 +96,10 @@ pub struct SettingsPatch {
     #[cfg_attr(feature = "openapi", schema(value_type = f64, required = false))]
     pub text_sample_rate: Option<f64>,
     #[serde(default, deserialize_with = "not_null")]
-    #[cfg_attr(feature = "openapi", schema(value_type = u32, required = false))]
+    #[cfg_attr(
+        feature = "openapi",
+        schema(value_type = u32, required = false, minimum = 1, maximum = 100)
+    )]
     pub default_max_agent_depth: Option<u32>,
     #[serde(default, deserialize_with = "double_option")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>))]
@@ -174,10 +177,10 @@ impl TenantSettings {
             next.text_sample_rate = rate;
         }
         if let Some(depth) = patch.default_max_agent_depth {
-            if !(1..=MAX_AGENT_DEPTH_CEILING).contains(&depth) {
+            if !(1..=MAX_AGENT_DEPTH).contains(&depth) {
                 return Err(DomainError::validation(
                     "defaultMaxAgentDepth",
-                    format!("defaultMaxAgentDepth must be between 1 and {MAX_AGENT_DEPTH_CEILING}"),
+                    format!("defaultMaxAgentDepth must be between 1 and {MAX_AGENT_DEPTH}"),
                 ));
             }
             next.default_max_agent_depth = depth;

@@ -21,7 +21,7 @@ const MAX_HEADERS: usize = 32;
 pub const MAX_LOOP_ITERATIONS: u32 = 20;
 pub const DEFAULT_LOOP_ITERATIONS: u32 = 3;
 /// The deepest agent nesting a tool may allow.
-pub const MAX_AGENT_DEPTH: u32 = 50;
+pub const MAX_AGENT_DEPTH: u32 = 100;
 pub const DEFAULT_CALLBACK_TOKEN_HEADER: &str = "X-Tool-Token";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -383,6 +383,16 @@ fn validate_property_name(name: &str, param: &str) -> DomainResult<()> {
 }
 
 /// Tool names are sent to providers as function names, which allow `[A-Za-z0-9_-]{1,64}`.
+/// The context tools every sub-agent is given (SPEC.md "Context tools"). A tenant's tool may not
+/// take one of these names: in a sub-agent the built-in one would win and the tenant's tool would
+/// silently never be called.
+pub const CONTEXT_TOOL_NAMES: [&str; 4] = [
+    "get_context",
+    "get_original_input",
+    "get_state",
+    "set_state",
+];
+
 pub fn validate_tool_name(raw: &str, param: &str) -> DomainResult<String> {
     let name = raw.trim();
     let valid = !name.is_empty()
@@ -547,6 +557,7 @@ pub struct ToolInput {
     #[serde(default)]
     pub agent_template_id: Option<String>,
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1, maximum = 100))]
     pub max_agent_depth: Option<u32>,
     #[serde(default)]
     pub producer_flow_id: Option<String>,
@@ -680,6 +691,49 @@ pub const MCP_TRANSPORT_HEADERS: &[&str] = &[
     "last-event-id",
 ];
 
+/// Headers HTTP itself manages on every request: a stored value would break or redirect each
+/// call (a `Content-Length` on a bodiless GET hangs it until the timeout; `Host` sends it to
+/// another virtual host).
+pub const HTTP_MANAGED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+];
+
+/// Refuses a header in any of `managed` (set by `setter`) and a name given twice in different
+/// cases (only one would be sent).
+fn refuse_managed_headers(
+    headers: &BTreeMap<String, String>,
+    param: &str,
+    managed: &[&[&str]],
+    setter: &str,
+) -> DomainResult<()> {
+    let mut seen = std::collections::HashSet::new();
+    for name in headers.keys() {
+        let lower = name.to_ascii_lowercase();
+        if managed.iter().any(|list| list.contains(&lower.as_str())) {
+            return Err(DomainError::validation(
+                format!("{param}.{name}"),
+                format!("'{name}' is set by {setter} itself"),
+            ));
+        }
+        if !seen.insert(lower) {
+            return Err(DomainError::validation(
+                format!("{param}.{name}"),
+                format!("header '{name}' is given twice (header names ignore case)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Whether `raw` is a relative `webUrl` (the tool is caller-hosted).
 pub fn is_relative_url(raw: &str) -> bool {
     raw.starts_with('/')
@@ -782,6 +836,14 @@ fn required_text(value: Option<String>, param: &str, tool_type: ToolType) -> Dom
 impl ToolInput {
     pub fn validate(self) -> DomainResult<ValidTool> {
         let name = validate_tool_name(&self.name, "name")?;
+        if CONTEXT_TOOL_NAMES.contains(&name.as_str()) {
+            return Err(DomainError::validation(
+                "name",
+                format!(
+                    "'{name}' is the name of a context tool every sub-agent has: choose another"
+                ),
+            ));
+        }
         let tool_type = match (&self.tool_type, &self.type_alias) {
             (Some(a), Some(b)) => {
                 let (a, b) = (ToolType::parse(a, "toolType")?, ToolType::parse(b, "type")?);
@@ -902,10 +964,17 @@ impl ToolInput {
                     ));
                 }
                 validate_headers(&headers, "headers")?;
+                refuse_managed_headers(&headers, "headers", &[HTTP_MANAGED_HEADERS], "HTTP")?;
                 config.headers = headers;
                 if let Some(header) = self.callback_token_header {
                     let header = header.trim().to_string();
                     validate_header_name(&header, "callbackTokenHeader")?;
+                    if HTTP_MANAGED_HEADERS.contains(&header.to_ascii_lowercase().as_str()) {
+                        return Err(DomainError::validation(
+                            "callbackTokenHeader",
+                            format!("'{header}' is set by HTTP itself: choose another header"),
+                        ));
+                    }
                     config.callback_token_header = Some(header);
                 }
             }
@@ -1102,22 +1171,12 @@ impl McpServerInput {
         }
         let headers = self.headers.unwrap_or_default();
         validate_headers(&headers, "headers")?;
-        let mut seen = std::collections::HashSet::new();
-        for name in headers.keys() {
-            let lower = name.to_ascii_lowercase();
-            if MCP_TRANSPORT_HEADERS.contains(&lower.as_str()) {
-                return Err(DomainError::validation(
-                    format!("headers.{name}"),
-                    format!("'{name}' is set by the MCP transport itself"),
-                ));
-            }
-            if !seen.insert(lower) {
-                return Err(DomainError::validation(
-                    format!("headers.{name}"),
-                    format!("header '{name}' is given twice (header names ignore case)"),
-                ));
-            }
-        }
+        refuse_managed_headers(
+            &headers,
+            "headers",
+            &[MCP_TRANSPORT_HEADERS, HTTP_MANAGED_HEADERS],
+            "the MCP transport",
+        )?;
         Ok(ValidMcpServer { name, url, headers })
     }
 }
@@ -1290,6 +1349,45 @@ mod tests {
         back.properties.sort_by(|a, b| a.name.cmp(&b.name));
         expected.properties.sort_by(|a, b| a.name.cmp(&b.name));
         assert_eq!(back, expected);
+    }
+
+    #[test]
+    fn external_tools_refuse_headers_http_manages_and_names_given_twice() {
+        let refused = |extra: serde_json::Value| {
+            let mut body =
+                json!({"name": "t", "toolType": "External", "webUrl": "https://a.example/x"});
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            let input: ToolInput = serde_json::from_value(body).unwrap();
+            match input.validate() {
+                Err(DomainError::Validation { param, .. }) => param,
+                Ok(_) => panic!("{extra} was accepted"),
+            }
+        };
+        assert_eq!(
+            refused(json!({"headers": {"Content-Length": "5"}})),
+            "headers.Content-Length"
+        );
+        assert_eq!(
+            refused(json!({"headers": {"host": "evil.example"}})),
+            "headers.host"
+        );
+        assert_eq!(
+            refused(json!({"headers": {"X-A": "1", "x-a": "2"}})),
+            "headers.x-a"
+        );
+        assert_eq!(
+            refused(json!({"callbackTokenHeader": "Host"})),
+            "callbackTokenHeader"
+        );
+        assert_eq!(refused(json!({"name": "get_state"})), "name");
+        let kept: ToolInput = serde_json::from_value(json!({
+            "name": "t", "toolType": "External", "webUrl": "https://a.example/x",
+            "headers": {"Authorization": "Bearer k", "X-A": "1"}, "callbackTokenHeader": "X-Caller",
+        }))
+        .unwrap();
+        assert!(kept.validate().is_ok());
     }
 
     #[test]

@@ -9,11 +9,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use baton_domain::chat::ToolDefinition;
 use serde_json::{Map, Value, json};
 
-pub const GET_CONTEXT: &str = "get_context";
-pub const GET_ORIGINAL_INPUT: &str = "get_original_input";
-pub const GET_STATE: &str = "get_state";
-pub const SET_STATE: &str = "set_state";
-pub const NAMES: [&str; 4] = [GET_CONTEXT, GET_ORIGINAL_INPUT, GET_STATE, SET_STATE];
+use baton_domain::tool::CONTEXT_TOOL_NAMES;
+
+pub const GET_CONTEXT: &str = CONTEXT_TOOL_NAMES[0];
+pub const GET_ORIGINAL_INPUT: &str = CONTEXT_TOOL_NAMES[1];
+pub const GET_STATE: &str = CONTEXT_TOOL_NAMES[2];
+pub const SET_STATE: &str = CONTEXT_TOOL_NAMES[3];
 
 /// One agent's state frame, chained to its parent's.
 #[derive(Clone, Default)]

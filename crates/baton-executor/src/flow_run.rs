@@ -193,9 +193,7 @@ impl Engine {
         body.validate()?;
         let mut tags = body.tags;
         let callback = body.callback;
-        if callback.from_debug_header
-            && let Some(origin) = callback.origin()
-        {
+        if let Some(origin) = &callback.debug_origin {
             // The deprecated header marks the run (internal marker tag, not counted in the 20).
             tags.push(format!("DebugUrl:{origin}"));
         }

@@ -40,8 +40,9 @@ pub struct Callback {
     pub url: Option<Url>,
     /// Held for the run only: never stored, never logged.
     pub token: Option<String>,
-    /// The URL came from the deprecated `X-Baton-Debug-Url`.
-    pub from_debug_header: bool,
+    /// The origin of the deprecated `X-Baton-Debug-Url` when it was sent (the run is tagged
+    /// `DebugUrl:<origin>`, whether or not `X-Baton-Callback-Url` took precedence as the URL).
+    pub debug_origin: Option<String>,
 }
 
 impl std::fmt::Debug for Callback {
@@ -49,43 +50,42 @@ impl std::fmt::Debug for Callback {
         f.debug_struct("Callback")
             .field("url", &self.url.as_ref().map(Url::as_str))
             .field("token", &self.token.as_ref().map(|_| "[redacted]"))
-            .field("from_debug_header", &self.from_debug_header)
+            .field("debug_origin", &self.debug_origin)
             .finish()
     }
 }
 
 impl Callback {
     /// The callback of a request: `X-Baton-Callback-Url` (else the deprecated
-    /// `X-Baton-Debug-Url`) and `X-Baton-Callback-Token`, as trimmed text. The URL must be an
-    /// absolute http(s) URL; an error names the header it came from.
+    /// `X-Baton-Debug-Url`) and `X-Baton-Callback-Token`, as trimmed text. Each URL sent must
+    /// be an absolute http(s) URL; an error names the header it came from.
     pub fn from_values(
         callback_url: Option<String>,
         debug_url: Option<String>,
         token: Option<String>,
     ) -> ExecutorResult<Callback> {
-        let (raw, param, from_debug_header) = match (callback_url, debug_url) {
-            (Some(url), _) => (Some(url), "X-Baton-Callback-Url", false),
-            (None, Some(url)) => (Some(url), "X-Baton-Debug-Url", true),
-            (None, None) => (None, "X-Baton-Callback-Url", false),
+        let parse = |raw: Option<String>, param: &str| {
+            raw.filter(|u| !u.is_empty())
+                .map(|raw| {
+                    Url::parse(&raw)
+                        .ok()
+                        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+                        .ok_or_else(|| {
+                            ExecutorError::validation(
+                                param,
+                                format!("{param} must be an absolute http(s) URL"),
+                            )
+                        })
+                })
+                .transpose()
         };
-        let url = raw
-            .filter(|u| !u.is_empty())
-            .map(|raw| {
-                Url::parse(&raw)
-                    .ok()
-                    .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-                    .ok_or_else(|| {
-                        ExecutorError::validation(
-                            param,
-                            format!("{param} must be an absolute http(s) URL"),
-                        )
-                    })
-            })
-            .transpose()?;
+        let callback = parse(callback_url, "X-Baton-Callback-Url")?;
+        let debug = parse(debug_url, "X-Baton-Debug-Url")?;
+        let debug_origin = debug.as_ref().map(|u| u.origin().ascii_serialization());
         Ok(Callback {
-            url,
+            url: callback.or(debug),
             token: token.filter(|t| !t.is_empty()),
-            from_debug_header,
+            debug_origin,
         })
     }
 

@@ -47,13 +47,10 @@ pub(crate) fn callback_origin(
 ) -> ApiResult<Option<String>> {
     use crate::toolrun::{Callback, CallbackHeaders};
     let callback = Callback::from_headers(headers)?;
-    let origin = callback.origin();
-    if callback.from_debug_header
-        && let Some(origin) = &origin
-    {
+    if let Some(origin) = &callback.debug_origin {
         tags.push(format!("DebugUrl:{origin}"));
     }
-    Ok(origin)
+    Ok(callback.origin())
 }
 
 pub(crate) fn header_tags(headers: &HeaderMap) -> ApiResult<Vec<String>> {

@@ -66,7 +66,7 @@ pub struct FlowRunBody {
     pub timeouts: Option<RequestTimeouts>,
     /// Deepest sub-agent nesting for this request (wins over tools' and the tenant's limits).
     #[serde(default)]
-    #[schema(minimum = 1, maximum = 50)]
+    #[schema(minimum = 1, maximum = 100)]
     pub max_agent_depth: Option<u32>,
     /// Cost ceiling of the whole agent tree, in credits; it can only lower the tenant's.
     #[serde(default)]

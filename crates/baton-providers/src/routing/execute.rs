@@ -168,6 +168,9 @@ impl Router {
         };
         let mut skipped = Vec::new();
         let mut tried_any = false;
+        // The last failure of a model that was called: an unconfigured provider later in the
+        // chain must not turn an outage (502/504, retried by clients) into a 400.
+        let mut last_outage: Option<(ProviderError, Option<ChainModel>)> = None;
         for (position, &index) in plan.iter().enumerate() {
             if !self.admit(&names[index]) {
                 failure.attempts.push(Attempt {
@@ -204,13 +207,19 @@ impl Router {
                     });
                 }
                 // An unconfigured provider in a chain is passed over like an outage.
-                None if failure.error.is_retryable()
-                    || matches!(failure.error, ProviderError::NotConfigured(_)) =>
-                {
+                None if matches!(failure.error, ProviderError::NotConfigured(_)) => continue,
+                None if failure.error.is_retryable() => {
+                    last_outage = Some((failure.error.clone(), failure.model.clone()));
                     continue;
                 }
                 None => return Err(failure),
             }
+        }
+        if matches!(failure.error, ProviderError::NotConfigured(_))
+            && let Some((error, model)) = last_outage
+        {
+            failure.error = error;
+            failure.model = model;
         }
         // Every model was in cooldown: rather than refuse, try the one that reopens first.
         if !tried_any
