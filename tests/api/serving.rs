@@ -164,3 +164,40 @@ async fn stopping_closes_idle_kept_alive_connections_at_once() {
     read_until_closed(&mut idle).await;
     stop.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_request_outliving_the_grace_period_is_dropped_and_still_logged() {
+    use baton_testkit::Reply;
+    use std::time::Duration;
+
+    let (app, mock) = app_with_mock_and(|config| config.server.shutdown_grace_secs = 1).await;
+    mock.push(Reply::Delayed(
+        Duration::from_secs(5),
+        Box::new(Reply::text("too late")),
+    ));
+    let tenant = baton_store::TenantId::new(app.default_tenant.id.clone());
+    let request = app
+        .client
+        .post(app.url("/api/v1/chat/completions"))
+        .bearer_auth(&app.default_tenant.api_key)
+        .json(&json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]}))
+        .send();
+    let request = tokio::spawn(request);
+    while mock.received().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The grace period runs out while the provider still thinks: the connection is dropped
+    // (not answered after the log writer closed), and the run is in the log all the same.
+    let db = app.stop_keeping_database().await;
+    assert!(
+        request.await.unwrap().is_err(),
+        "the connection was dropped"
+    );
+    let store = baton_store::Store::connect(&baton_store::StoreOptions::new(db.url()))
+        .await
+        .unwrap();
+    let runs = store.list_runs(&tenant).await.unwrap();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0].status, baton_domain::run::RunStatus::Failed);
+    store.close().await.unwrap();
+}

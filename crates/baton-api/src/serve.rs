@@ -44,12 +44,15 @@ impl Default for ServeOptions {
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then stops accepting, closes idle
-/// connections and lets in-flight requests finish; returns when every connection has closed.
+/// connections and lets in-flight requests finish; returns when every connection has closed,
+/// or when `abort` resolves: then every connection still open is dropped, and with it its
+/// requests (a run cut short this way is logged as failed by its own drop), before it returns.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     options: ServeOptions,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    abort: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     // Responses are small and latency-bound: send them without Nagle's delay.
     let mut listener = listener.tap_io(|tcp| {
@@ -61,6 +64,8 @@ pub async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
     let connections = GracefulShutdown::new();
+    // Owned here, so that an abort can drop them and wait until they are gone.
+    let mut tasks = tokio::task::JoinSet::new();
     let mut shutdown = pin!(shutdown);
     loop {
         // `Listener::accept` retries what a client caused and backs off on what it did not
@@ -77,7 +82,10 @@ pub async fn serve(
             },
         ));
         let connection = connections.watch(http.serve_connection(TokioIo::new(stream), service));
-        tokio::spawn(async move {
+        // Finished connections are reaped as new ones come, so the set stays as large as the
+        // connections open.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(async move {
             if let Err(err) = connection.await {
                 // A client going away, or missing the header deadline: nothing to act on.
                 tracing::trace!(error = %err, %remote, "connection ended");
@@ -85,6 +93,9 @@ pub async fn serve(
         });
     }
     drop(listener);
-    connections.shutdown().await;
+    tokio::select! {
+        () = connections.shutdown() => {}
+        () = abort => tasks.shutdown().await,
+    }
     Ok(())
 }

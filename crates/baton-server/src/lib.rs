@@ -22,6 +22,9 @@ use baton_store::{Store, StoreOptions};
 pub use config::Config;
 pub use error::ServerError;
 
+/// After the grace period, how long the serving threads get to drop their connections.
+const ABORT_WAIT: Duration = Duration::from_secs(5);
+
 /// What start-up did on an empty database, for the operator to see once.
 #[derive(Debug, Clone)]
 pub struct Bootstrap {
@@ -171,10 +174,19 @@ impl Application {
         shutdown.await;
         threads.stop();
         let grace = self.shutdown_grace;
-        tokio::select! {
-            result = threads.drained() => result?,
-            () = tokio::time::sleep(grace) => {
+        let drained = tokio::time::timeout(grace, threads.drained()).await;
+        match drained {
+            Ok(result) => result?,
+            Err(_) => {
                 tracing::warn!("shutdown grace period over; dropping remaining connections");
+                // Dropped, their runs are logged as cut short: before the log writer closes.
+                threads.abort();
+                if tokio::time::timeout(ABORT_WAIT, threads.drained())
+                    .await
+                    .is_err()
+                {
+                    tracing::error!("serving threads did not drop their connections in time");
+                }
             }
         }
         // Requests have drained: write every queued log row before the database closes.

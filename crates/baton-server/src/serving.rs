@@ -55,7 +55,10 @@ fn reuse_port_listener(address: SocketAddr) -> io::Result<std::net::TcpListener>
 pub(crate) struct ServingThreads {
     /// `true`: stop accepting and drain. Dropped: the threads end (their runtimes with them).
     stop: watch::Sender<bool>,
-    drained: Vec<oneshot::Receiver<io::Result<()>>>,
+    /// `true`: drop the connections still open.
+    abort: watch::Sender<bool>,
+    /// One a thread, taken once it has drained.
+    drained: Vec<Option<oneshot::Receiver<io::Result<()>>>>,
     handles: Vec<JoinHandle<()>>,
 }
 
@@ -67,8 +70,10 @@ pub(crate) async fn spawn(
     state: &AppState,
 ) -> io::Result<ServingThreads> {
     let (stop, stop_rx) = watch::channel(false);
+    let (abort, abort_rx) = watch::channel(false);
     let mut threads = ServingThreads {
         stop,
+        abort,
         drained: Vec::new(),
         handles: Vec::new(),
     };
@@ -80,6 +85,7 @@ pub(crate) async fn spawn(
             router: router.clone(),
             state: state.clone(),
             stop: stop_rx.clone(),
+            abort: abort_rx.clone(),
         };
         let (ready, ready_rx) = oneshot::channel();
         let (drained, drained_rx) = oneshot::channel();
@@ -91,7 +97,7 @@ pub(crate) async fn spawn(
             move |_, ready| thread.serve(listener, ready, drained),
         )?;
         started.push(ready_rx);
-        threads.drained.push(drained_rx);
+        threads.drained.push(Some(drained_rx));
         threads.handles.push(handle);
     }
     for ready in started {
@@ -108,6 +114,7 @@ struct Thread {
     router: baton_api::Router,
     state: AppState,
     stop: watch::Receiver<bool>,
+    abort: watch::Receiver<bool>,
 }
 
 impl Thread {
@@ -127,12 +134,24 @@ impl Thread {
         self.state.start_runtime_tasks();
         let _ = ready.send(Ok(()));
         let mut stopping = self.stop.clone();
+        let mut aborting = self.abort;
         let options = self.state.config.connections;
-        let result = baton_api::serve(listener, self.router, options, async move {
+        let stopped = async move {
             // A dropped sender (the application went away without stopping) stops too.
             let _ = stopping.wait_for(|stop| *stop).await;
-        })
-        .await;
+        };
+        let aborted = async move {
+            // A dropped sender is not an abort: the threads are ended another way then.
+            if aborting.wait_for(|abort| *abort).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        let result = baton_api::serve(listener, self.router, options, stopped, aborted).await;
+        // Runs dropped by an abort log themselves from tasks spawned on this runtime: let them
+        // queue their rows before the application closes the log writer.
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
         let _ = drained.send(result);
         // Connections this runtime opened (a database pool's among them) stay usable until
         // the application has written its last log rows and closed the database.
@@ -147,11 +166,20 @@ impl ServingThreads {
         self.stop.send_replace(true);
     }
 
-    /// Waits until every thread has finished its requests; the first error, if any.
+    /// Drops every connection still open (the grace period is over).
+    pub(crate) fn abort(&self) {
+        self.abort.send_replace(true);
+    }
+
+    /// Waits until every thread has finished its requests; the first error, if any. Cancelled
+    /// (the grace period ran out), it can be called again for the threads still serving.
     pub(crate) async fn drained(&mut self) -> io::Result<()> {
         let mut result = Ok(());
-        for drained in self.drained.drain(..) {
-            if let Ok(Err(err)) = drained.await
+        for slot in &mut self.drained {
+            let Some(drained) = slot else { continue };
+            let outcome = drained.await;
+            *slot = None;
+            if let Ok(Err(err)) = outcome
                 && result.is_ok()
             {
                 result = Err(err);
