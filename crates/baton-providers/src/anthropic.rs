@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use baton_domain::chat::{
-    Citation, ContentPart, FinishReason, ImageSource, InferenceRequest, InferenceResponse,
+    Citation, ContentPart, FinishReason, ImageSource, InferenceRequest, InferenceResponse, Message,
     ResponseFormat, Role, StreamDelta, ToolCall, ToolChoice, Usage, VendorTool,
 };
 use bytes::Bytes;
@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
-use crate::provider::{DeltaStream, Provider};
+use crate::provider::{DeltaStream, Provider, thinking_under_cap};
 use crate::sse::{self, Deltas};
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -135,11 +135,7 @@ where
         move |data, out| match serde_json::from_str::<StreamEvent>(data) {
             Ok(StreamEvent::Error { error }) => out.push_back(Err(ProviderError::Status {
                 provider: name.clone(),
-                status: if error.kind == "overloaded_error" {
-                    529
-                } else {
-                    500
-                },
+                status: error_status(&error.kind),
                 message: error.message,
                 retry_after: None,
             })),
@@ -150,6 +146,23 @@ where
             })),
         },
     )
+}
+
+/// The HTTP status an error event stands for (Anthropic's error types are its statuses'), so
+/// one sent before the answer began moves on to the next model as the status would.
+fn error_status(kind: &str) -> u16 {
+    match kind {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "billing_error" => 402,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "timeout_error" => 504,
+        "overloaded_error" => 529,
+        _ => 500,
+    }
 }
 
 /// The catalogue's max output tokens of a model (dated names find their entry).
@@ -218,10 +231,43 @@ fn image_block(source: &ImageSource) -> Value {
     }
 }
 
-/// The Messages request; `default_max_tokens` is sent when the request sets no `max_tokens`.
 /// Anthropic's smallest thinking budget.
 const MIN_THINKING_BUDGET: u32 = 1024;
 
+/// The thinking budget of a request to a Claude model (the Messages API, Bedrock's Converse), or
+/// `None` for no thinking. The caller's max_tokens bounds the answer, thinking included (Claude
+/// counts the budget in it): the budget (at least Anthropic's 1,024) shrinks to fit under it,
+/// and thinking is off when it cannot.
+pub(crate) fn claude_thinking_budget(request: &InferenceRequest) -> Option<u32> {
+    // With thinking on, Claude refuses a conversation whose last assistant turn called tools
+    // unless that turn starts with the thinking block (and signature) it was answered with.
+    // Canonical messages cannot carry one back: an OpenAI-format client has no field for it, and
+    // Baton's own tool loop keeps only a turn's text and calls. The turn that continues a tool
+    // call is sent without thinking instead of being refused with 400.
+    if continues_tool_use(&request.messages) {
+        return None;
+    }
+    let budget = request.thinking_budget?.max(MIN_THINKING_BUDGET);
+    thinking_under_cap(budget, request.max_tokens, MIN_THINKING_BUDGET)
+}
+
+/// Whether the last assistant turn that says anything called tools: the request goes on with
+/// their results.
+fn continues_tool_use(messages: &[Message]) -> bool {
+    messages
+        .iter()
+        .rev()
+        .find(|m| {
+            m.role == Role::Assistant
+                && (!m.tool_calls.is_empty()
+                    || m.content
+                        .iter()
+                        .any(|part| !matches!(part, ContentPart::Text { text } if text.is_empty())))
+        })
+        .is_some_and(|m| !m.tool_calls.is_empty())
+}
+
+/// The Messages request; `default_max_tokens` is sent when the request sets no `max_tokens`.
 pub(crate) fn to_wire(
     request: &InferenceRequest,
     stream: bool,
@@ -283,17 +329,8 @@ pub(crate) fn to_wire(
         }
     }
 
-    // The caller's max_tokens bounds the answer, thinking included (Anthropic counts the budget
-    // in it): the budget (at least Anthropic's 1,024) shrinks to fit under it, and thinking is
-    // off when it cannot. Without a max_tokens the default is raised to fit the budget.
-    let thinking_budget = request
-        .thinking_budget
-        .map(|budget| budget.max(MIN_THINKING_BUDGET))
-        .and_then(|budget| match request.max_tokens {
-            Some(cap) if cap <= MIN_THINKING_BUDGET => None,
-            Some(cap) => Some(budget.min(cap - 1)),
-            None => Some(budget),
-        });
+    // Without a max_tokens the default is raised to fit the budget (below).
+    let thinking_budget = claude_thinking_budget(request);
     let thinking_on = thinking_budget.is_some();
     let mut tools: Vec<Value> = request
         .tools
@@ -538,6 +575,9 @@ enum StreamEvent {
         index: u32,
         delta: BlockDelta,
     },
+    ContentBlockStop {
+        index: u32,
+    },
     MessageDelta {
         delta: MessageDeltaBody,
         #[serde(default)]
@@ -599,13 +639,37 @@ struct WireError {
     message: String,
 }
 
+/// A tool_use content block of a stream.
+#[derive(Debug)]
+struct ToolBlock {
+    /// The tool call's ordinal; `None` for the structured-output tool.
+    ordinal: Option<u32>,
+    /// Some of its input arrived.
+    has_input: bool,
+}
+
+impl ToolBlock {
+    /// A piece of its input: the call's arguments, or the answer's text for the
+    /// structured-output tool.
+    fn input(&self, fragment: String) -> StreamDelta {
+        match self.ordinal {
+            Some(index) => StreamDelta::ToolCallArguments { index, fragment },
+            None => StreamDelta::Text(fragment),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct StreamState {
     structured: bool,
-    /// Content-block index to tool-call ordinal; `None` for the structured-output tool.
-    tool_blocks: HashMap<u32, Option<u32>>,
+    /// Content-block index to its tool call.
+    tool_blocks: HashMap<u32, ToolBlock>,
     next_tool: u32,
     usage: Usage,
+    /// The model message_start named, told with the stream's first delta.
+    model: Option<String>,
+    /// A delta has been yielded: the stream has started.
+    started: bool,
     /// Structured output: text held back until it is known whether the answer comes through
     /// the structured tool (then the text is not part of it) or as text (sent at the finish).
     held_text: String,
@@ -614,34 +678,75 @@ struct StreamState {
 }
 
 impl StreamState {
+    /// Pushes the deltas `event` stands for. The first of a stream comes with the model and
+    /// input usage message_start named: a stream counts as started (no fallback, no first-token
+    /// timeout) at its first delta, so nothing is yielded before the answer begins, and an error
+    /// event or a stall right after message_start is still a failure before the first token.
     fn map(&mut self, event: StreamEvent, out: &mut Deltas) {
+        let before = out.len();
+        self.map_event(event, out);
+        if !self.started && out.len() > before {
+            self.started = true;
+            if self.usage != Usage::default() {
+                out.insert(before, Ok(StreamDelta::Usage(self.usage)));
+            }
+            if let Some(model) = self.model.take() {
+                out.insert(before, Ok(StreamDelta::Model(model)));
+            }
+        }
+    }
+
+    fn map_event(&mut self, event: StreamEvent, out: &mut Deltas) {
         let mut push = |delta| out.push_back(Ok(delta));
         match event {
             StreamEvent::MessageStart { message } => {
-                if let Some(model) = message.model.filter(|m| !m.is_empty()) {
-                    push(StreamDelta::Model(model));
-                }
+                self.model = message.model.filter(|m| !m.is_empty());
                 self.usage = message.usage.canonical();
-                push(StreamDelta::Usage(self.usage));
+                // message_start's output_tokens is a placeholder (1), not a count: output stays
+                // unreported until message_delta, so a stream cut short before it is estimated
+                // from what it streamed rather than billed one token.
+                self.usage.tokens_out = 0;
             }
             StreamEvent::ContentBlockStart {
                 index,
                 content_block: StartBlock::ToolUse { id, name },
             } => {
                 if self.structured && name == STRUCTURED_TOOL {
-                    self.tool_blocks.insert(index, None);
+                    self.tool_blocks.insert(
+                        index,
+                        ToolBlock {
+                            ordinal: None,
+                            has_input: false,
+                        },
+                    );
                     self.structured_answer = true;
                     self.held_text.clear();
                     return;
                 }
                 let ordinal = self.next_tool;
                 self.next_tool += 1;
-                self.tool_blocks.insert(index, Some(ordinal));
+                self.tool_blocks.insert(
+                    index,
+                    ToolBlock {
+                        ordinal: Some(ordinal),
+                        has_input: false,
+                    },
+                );
                 push(StreamDelta::ToolCallStart {
                     index: ordinal,
                     id,
                     name,
                 });
+            }
+            // A call without arguments streams no input_json_delta; its arguments are `{}`, as
+            // a complete answer's are (clients parse them as JSON).
+            StreamEvent::ContentBlockStop { index } => {
+                if let Some(block) = self.tool_blocks.get_mut(&index)
+                    && !block.has_input
+                {
+                    block.has_input = true;
+                    push(block.input("{}".into()));
+                }
             }
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
                 BlockDelta::TextDelta { text } if self.structured => {
@@ -650,15 +755,12 @@ impl StreamState {
                     }
                 }
                 BlockDelta::TextDelta { text } => push(StreamDelta::Text(text)),
-                BlockDelta::InputJsonDelta { partial_json } => match self.tool_blocks.get(&index) {
-                    Some(Some(ordinal)) => push(StreamDelta::ToolCallArguments {
-                        index: *ordinal,
-                        fragment: partial_json,
-                    }),
-                    // The structured-output tool's input is the answer text.
-                    Some(None) => push(StreamDelta::Text(partial_json)),
-                    None => {}
-                },
+                BlockDelta::InputJsonDelta { partial_json } => {
+                    if let Some(block) = self.tool_blocks.get_mut(&index) {
+                        block.has_input |= !partial_json.is_empty();
+                        push(block.input(partial_json));
+                    }
+                }
                 BlockDelta::CitationsDelta { citation } => {
                     if let Some(url) = citation.url {
                         push(StreamDelta::Citation(Citation {
@@ -1150,6 +1252,201 @@ mod tests {
                 web_search_calls: 2
             }
         );
+    }
+
+    /// A Messages SSE body of `events`, each named by its type as Anthropic names them.
+    fn sse_body(events: &[Value]) -> String {
+        events
+            .iter()
+            .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+            .collect()
+    }
+
+    fn message_start() -> Value {
+        json!({"type": "message_start", "message": {"id": "msg_1", "model": "claude-haiku-4-5-20251001",
+            "usage": {"input_tokens": 9, "output_tokens": 1}}})
+    }
+
+    fn stream_of(
+        body: String,
+    ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+        futures::stream::iter([Ok(Bytes::from(body))])
+    }
+
+    /// A stream is served (no fallback, no first-token timeout) once its first delta arrives:
+    /// message_start alone yields nothing, so an error right after it (Anthropic's overloaded
+    /// and rate-limit errors come so) is a retryable failure before the first token, and a
+    /// stall after it is the first-token timeout's.
+    #[tokio::test]
+    async fn nothing_is_yielded_before_the_answer_begins() {
+        use futures::StreamExt;
+        for (kind, status) in [
+            ("overloaded_error", 529),
+            ("api_error", 500),
+            ("rate_limit_error", 429),
+        ] {
+            let body = sse_body(&[
+                message_start(),
+                json!({"type": "ping"}),
+                json!({"type": "error", "error": {"type": kind, "message": "Overloaded"}}),
+            ]);
+            let items: Vec<_> = deltas("anthropic", stream_of(body), false).collect().await;
+            match &items[..] {
+                [Err(error @ ProviderError::Status { status: s, .. })] => {
+                    assert_eq!(*s, status, "{kind}");
+                    assert!(error.is_retryable(), "{kind}");
+                }
+                other => panic!("{kind}: expected the error alone, got {other:?}"),
+            }
+        }
+
+        let started = futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(sse_body(&[
+            message_start(),
+        ])))])
+        .chain(futures::stream::pending());
+        let mut stalled = deltas("anthropic", started, false);
+        let first = tokio::time::timeout(Duration::from_millis(50), stalled.next()).await;
+        assert!(first.is_err(), "message_start yielded {first:?}");
+
+        // The first content brings the model and the input usage with it.
+        let body = sse_body(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}}),
+        ]);
+        let items: Vec<_> = deltas("anthropic", stream_of(body), false).collect().await;
+        assert_eq!(
+            items,
+            [
+                Ok(StreamDelta::Model("claude-haiku-4-5-20251001".into())),
+                Ok(StreamDelta::Usage(Usage {
+                    tokens_in: 9,
+                    ..Usage::default()
+                })),
+                Ok(StreamDelta::Text("Hi".into())),
+            ]
+        );
+    }
+
+    /// message_start's `output_tokens` is a placeholder: a stream cut before message_delta
+    /// reports no output, so the executor estimates it from what was streamed.
+    #[test]
+    fn a_stream_cut_short_reports_no_output_usage() {
+        let text = json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a long answ"}});
+        let cut = accumulate(
+            &mut StreamState::default(),
+            vec![message_start(), text.clone()],
+        );
+        assert_eq!(
+            (cut.usage.tokens_in, cut.usage.tokens_out),
+            (9, 0),
+            "{:?}",
+            cut.usage
+        );
+        let whole = accumulate(
+            &mut StreamState::default(),
+            vec![
+                message_start(),
+                text,
+                json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}}),
+            ],
+        );
+        assert_eq!((whole.usage.tokens_in, whole.usage.tokens_out), (9, 3));
+    }
+
+    /// A tool call without arguments streams no input_json_delta (or an empty one): its
+    /// arguments are `{}`, as a complete answer's.
+    #[test]
+    fn a_streamed_call_without_arguments_has_empty_object_arguments() {
+        let r = accumulate(
+            &mut StreamState::default(),
+            vec![
+                message_start(),
+                json!({"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}}),
+                json!({"type": "content_block_stop", "index": 0}),
+                json!({"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", "id": "toolu_2", "name": "now", "input": {}}}),
+                json!({"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": ""}}),
+                json!({"type": "content_block_stop", "index": 1}),
+                json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_3", "name": "f", "input": {}}}),
+                json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"a\":1}"}}),
+                json!({"type": "content_block_stop", "index": 2}),
+                json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 9}}),
+            ],
+        );
+        let arguments: Vec<&str> = r.tool_calls.iter().map(|c| c.arguments.as_str()).collect();
+        assert_eq!(arguments, ["{}", "{}", "{\"a\":1}"]);
+        let sync: MessagesResponse = serde_json::from_value(json!({
+            "model": "m", "stop_reason": "tool_use",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}]
+        }))
+        .unwrap();
+        assert_eq!(from_wire(sync, false).tool_calls[0].arguments, "{}");
+    }
+
+    /// Claude wants the last assistant turn of a tool loop to start with its thinking block;
+    /// canonical messages cannot carry one, so the turn that continues a tool call goes without
+    /// thinking (and may then force a tool again).
+    #[test]
+    fn a_continued_tool_turn_is_sent_without_thinking() {
+        let call = Message {
+            role: Role::Assistant,
+            content: vec![ContentPart::Text {
+                text: "Let me look.".into(),
+            }],
+            tool_calls: vec![ToolCall {
+                id: "toolu_1".into(),
+                name: "lookup".into(),
+                arguments: "{}".into(),
+            }],
+            tool_call_id: None,
+            name: None,
+        };
+        let result = Message {
+            tool_call_id: Some("toolu_1".into()),
+            ..Message::text(Role::Tool, "42")
+        };
+        let request = |messages: Vec<Message>| InferenceRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages,
+            tools: vec![ToolDefinition {
+                name: "lookup".into(),
+                description: None,
+                parameters: json!({"type": "object"}),
+                strict: None,
+            }],
+            tool_choice: Some(ToolChoice::Required),
+            thinking_budget: Some(8192),
+            ..Default::default()
+        };
+        let wire = |messages| {
+            serde_json::to_value(to_wire(&request(messages), false, DEFAULT_MAX_TOKENS)).unwrap()
+        };
+        let first = wire(vec![Message::text(Role::User, "hi")]);
+        assert_eq!(first["thinking"]["budget_tokens"], 8192);
+        let continued = wire(vec![
+            Message::text(Role::User, "hi"),
+            call.clone(),
+            result.clone(),
+        ]);
+        assert!(continued.get("thinking").is_none(), "{continued}");
+        assert_eq!(continued["tool_choice"], json!({"type": "any"}));
+        // An empty assistant message after the call does not hide it.
+        let continued = wire(vec![
+            Message::text(Role::User, "hi"),
+            call.clone(),
+            result.clone(),
+            Message::text(Role::Assistant, ""),
+        ]);
+        assert!(continued.get("thinking").is_none(), "{continued}");
+        // Once the model answered in text, the next question thinks again.
+        let next = wire(vec![
+            Message::text(Role::User, "hi"),
+            call,
+            result,
+            Message::text(Role::Assistant, "It is 42."),
+            Message::text(Role::User, "why?"),
+        ]);
+        assert_eq!(next["thinking"]["budget_tokens"], 8192);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use crate::anthropic::catalogue_max_tokens;
+use crate::anthropic::{catalogue_max_tokens, claude_thinking_budget};
 use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
@@ -479,9 +479,16 @@ pub(crate) fn to_wire(
         .iter()
         .map(|t| tool_spec(&t.name, t.description.as_deref(), &t.parameters))
         .collect();
+    // Claude's thinking follows the Messages API's rules (`claude_thinking_budget`): under the
+    // caller's max_tokens, and off for a turn that continues a tool call.
+    let thinking_budget = if is_anthropic(&request.model) {
+        claude_thinking_budget(request)
+    } else {
+        None
+    };
     // Claude's extended thinking allows only auto (Converse has no "none"): forcing a tool is
     // refused with a ValidationException.
-    let thinking = request.thinking_budget.is_some() && is_anthropic(&request.model);
+    let thinking = thinking_budget.is_some();
     let mut tool_choice = request
         .tool_choice
         .as_ref()
@@ -563,16 +570,14 @@ pub(crate) fn to_wire(
         }
     }
     let mut max_tokens = request.max_tokens;
-    if let Some(budget) = request.thinking_budget
-        && is_anthropic(&request.model)
-    {
-        let budget = budget.max(1024);
+    if let Some(budget) = thinking_budget {
         additional.insert(
             "thinking".into(),
             json!({"type": "enabled", "budget_tokens": budget}),
         );
-        // The thinking budget counts against maxTokens, which must exceed it.
-        max_tokens = Some(max_tokens.unwrap_or(default_max_tokens).max(budget + 1));
+        // The thinking budget counts against maxTokens, which must exceed it: the caller's
+        // already does (the budget was fitted under it); the default is raised above it.
+        max_tokens = Some(max_tokens.unwrap_or_else(|| default_max_tokens.max(budget + 1)));
     }
     let inference_config = InferenceConfig {
         max_tokens,
@@ -640,6 +645,17 @@ struct WireToolUse {
     input: Value,
 }
 
+impl WireToolUse {
+    /// The input as arguments JSON; an absent input is no arguments, `{}`, as in a stream.
+    fn arguments(&self) -> String {
+        if self.input.is_null() {
+            "{}".into()
+        } else {
+            self.input.to_string()
+        }
+    }
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct WireUsage {
@@ -703,12 +719,12 @@ pub(crate) fn from_wire(
         }
         match block.tool_use {
             Some(call) if structured && call.name == STRUCTURED_TOOL => {
-                structured_answer = Some(call.input.to_string());
+                structured_answer = Some(call.arguments());
             }
             Some(call) => response.tool_calls.push(ToolCall {
+                arguments: call.arguments(),
                 id: call.tool_use_id,
                 name: call.name,
-                arguments: call.input.to_string(),
             }),
             None => {}
         }
@@ -834,6 +850,13 @@ struct DeltaToolUse {
 
 #[derive(Debug, Deserialize)]
 #[serde(rename_all = "camelCase")]
+struct BlockStop {
+    #[serde(default)]
+    content_block_index: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct MessageStop {
     #[serde(default)]
     stop_reason: Option<String>,
@@ -872,13 +895,33 @@ fn exception_status(kind: &str) -> u16 {
     }
 }
 
+/// A toolUse content block of a stream.
+#[derive(Debug)]
+struct ToolBlock {
+    /// The tool call's ordinal; `None` for the structured-output tool.
+    ordinal: Option<u32>,
+    /// Some of its input arrived.
+    has_input: bool,
+}
+
+impl ToolBlock {
+    /// A piece of its input: the call's arguments, or the answer's text for the
+    /// structured-output tool.
+    fn input(&self, fragment: String) -> StreamDelta {
+        match self.ordinal {
+            Some(index) => StreamDelta::ToolCallArguments { index, fragment },
+            None => StreamDelta::Text(fragment),
+        }
+    }
+}
+
 /// Per-stream state: which content blocks are tool calls, and their ordinals.
 #[derive(Debug)]
 pub(crate) struct StreamState {
     provider: String,
     structured: bool,
-    /// Content-block index to tool-call ordinal; `None` for the structured-output tool.
-    tool_blocks: HashMap<u32, Option<u32>>,
+    /// Content-block index to its tool call.
+    tool_blocks: HashMap<u32, ToolBlock>,
     next_tool: u32,
     /// Structured output: text held back until it is known whether the answer comes through
     /// the structured tool (then the text is not part of it) or as text (sent at the finish).
@@ -951,15 +994,26 @@ impl StreamState {
                     return Ok(Vec::new());
                 };
                 if self.structured && tool.name == STRUCTURED_TOOL {
-                    self.tool_blocks.insert(start.content_block_index, None);
+                    self.tool_blocks.insert(
+                        start.content_block_index,
+                        ToolBlock {
+                            ordinal: None,
+                            has_input: false,
+                        },
+                    );
                     self.structured_answer = true;
                     self.held_text.clear();
                     return Ok(Vec::new());
                 }
                 let ordinal = self.next_tool;
                 self.next_tool += 1;
-                self.tool_blocks
-                    .insert(start.content_block_index, Some(ordinal));
+                self.tool_blocks.insert(
+                    start.content_block_index,
+                    ToolBlock {
+                        ordinal: Some(ordinal),
+                        has_input: false,
+                    },
+                );
                 vec![StreamDelta::ToolCallStart {
                     index: ordinal,
                     id: tool.tool_use_id,
@@ -976,18 +1030,25 @@ impl StreamState {
                         self.held_text.push_str(&text);
                     }
                 }
-                if let Some(tool) = delta.delta.tool_use.filter(|t| !t.input.is_empty()) {
-                    match self.tool_blocks.get(&delta.content_block_index) {
-                        Some(Some(ordinal)) => out.push(StreamDelta::ToolCallArguments {
-                            index: *ordinal,
-                            fragment: tool.input,
-                        }),
-                        // The structured-output tool's input is the answer text.
-                        Some(None) => out.push(StreamDelta::Text(tool.input)),
-                        None => {}
-                    }
+                if let Some(tool) = delta.delta.tool_use.filter(|t| !t.input.is_empty())
+                    && let Some(block) = self.tool_blocks.get_mut(&delta.content_block_index)
+                {
+                    block.has_input = true;
+                    out.push(block.input(tool.input));
                 }
                 out
+            }
+            // A call without arguments streams its input as "" (or not at all); its arguments
+            // are `{}`, as a complete answer's are (clients parse them as JSON).
+            "contentBlockStop" => {
+                let stop: BlockStop = self.payload(message, event)?;
+                match self.tool_blocks.get_mut(&stop.content_block_index) {
+                    Some(block) if !block.has_input => {
+                        block.has_input = true;
+                        vec![block.input("{}".into())]
+                    }
+                    _ => Vec::new(),
+                }
             }
             "messageStop" => {
                 let stop: MessageStop = self.payload(message, event)?;
@@ -1010,7 +1071,7 @@ impl StreamState {
                     .map(|u| vec![StreamDelta::Usage(u.canonical())])
                     .unwrap_or_default()
             }
-            // messageStart, contentBlockStop, and events added later.
+            // messageStart, and events added later.
             _ => Vec::new(),
         })
     }
@@ -1225,34 +1286,37 @@ mod tests {
             ]})
         );
         assert_eq!(wire["messages"].as_array().unwrap().len(), 3);
-        // Claude's thinking refuses temperature and top_k, and top_p under 0.95.
+        // No thinking here (it continues a tool call, under a max_tokens of 100): every sampling
+        // setting is sent.
         assert_eq!(
             wire["inferenceConfig"],
-            json!({"maxTokens": 2001, "topP": 0.95, "stopSequences": ["END"]})
+            json!({"maxTokens": 100, "temperature": 0.5, "topP": 0.9, "stopSequences": ["END"]})
         );
+        assert_eq!(wire["additionalModelRequestFields"], json!({"top_k": 40}));
         assert_eq!(
             wire["toolConfig"],
             json!({
                 "tools": [{"toolSpec": {"name": "lookup", "description": "find",
                     "inputSchema": {"json": {"type": "object", "properties": {"q": {"type": "integer"}}}}}}],
-                // "required" under Claude's thinking, which refuses forced tool use.
-                "toolChoice": {"auto": {}}
+                "toolChoice": {"any": {}}
             })
         );
-        assert_eq!(
-            wire["additionalModelRequestFields"],
-            json!({"thinking": {"type": "enabled", "budget_tokens": 2000}})
-        );
-        // Without thinking they are all sent.
-        let plain = super::tests::wire(&InferenceRequest {
-            thinking_budget: None,
+        // Claude's thinking refuses temperature and top_k, and top_p under 0.95.
+        let thinking = super::tests::wire(&InferenceRequest {
+            messages: vec![Message::text(Role::User, "hi")],
+            max_tokens: Some(3000),
             ..request()
         });
         assert_eq!(
-            plain["inferenceConfig"],
-            json!({"maxTokens": 100, "temperature": 0.5, "topP": 0.9, "stopSequences": ["END"]})
+            thinking["inferenceConfig"],
+            json!({"maxTokens": 3000, "topP": 0.95, "stopSequences": ["END"]})
         );
-        assert_eq!(plain["additionalModelRequestFields"], json!({"top_k": 40}));
+        // "required" under Claude's thinking, which refuses forced tool use.
+        assert_eq!(thinking["toolConfig"]["toolChoice"], json!({"auto": {}}));
+        assert_eq!(
+            thinking["additionalModelRequestFields"],
+            json!({"thinking": {"type": "enabled", "budget_tokens": 2000}})
+        );
     }
 
     #[test]
@@ -1396,6 +1460,75 @@ mod tests {
         assert_eq!(max_tokens(&req), json!(DEFAULT_MAX_TOKENS));
         req.max_tokens = Some(3000);
         assert_eq!(max_tokens(&req), json!(3000));
+    }
+
+    /// The caller's max_tokens is a cap, thinking included: never raised, the budget fits
+    /// under it, and thinking is off when Claude's smallest budget (1,024) cannot.
+    #[test]
+    fn the_thinking_budget_fits_under_the_callers_max_tokens() {
+        let request = |max_tokens| InferenceRequest {
+            model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            max_tokens,
+            temperature: Some(0.5),
+            thinking_budget: Some(8192),
+            ..Default::default()
+        };
+        let capped = wire(&request(Some(1500)));
+        assert_eq!(capped["inferenceConfig"]["maxTokens"], 1500);
+        assert_eq!(
+            capped["additionalModelRequestFields"]["thinking"]["budget_tokens"],
+            1499
+        );
+        let small = wire(&request(Some(1000)));
+        assert_eq!(small["inferenceConfig"]["maxTokens"], 1000);
+        assert!(
+            small.get("additionalModelRequestFields").is_none(),
+            "{small}"
+        );
+        assert_eq!(
+            small["inferenceConfig"]["temperature"], 0.5,
+            "without thinking the sampling settings stay"
+        );
+        let open = wire(&request(None));
+        assert_eq!(
+            open["additionalModelRequestFields"]["thinking"]["budget_tokens"],
+            8192
+        );
+        assert_eq!(open["inferenceConfig"]["maxTokens"], 8193);
+    }
+
+    /// Claude (through Converse as directly) refuses a continued tool turn under thinking
+    /// without the thinking block canonical messages cannot carry: that turn goes without.
+    #[test]
+    fn a_continued_tool_turn_is_sent_without_thinking() {
+        let mut req = InferenceRequest {
+            model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0".into(),
+            messages: vec![Message::text(Role::User, "hi")],
+            tools: request().tools,
+            thinking_budget: Some(2048),
+            ..Default::default()
+        };
+        assert_eq!(
+            wire(&req)["additionalModelRequestFields"]["thinking"]["budget_tokens"],
+            2048
+        );
+        req.messages.push(Message {
+            role: Role::Assistant,
+            content: vec![],
+            tool_calls: vec![tool_call("t1", "lookup", "{}")],
+            tool_call_id: None,
+            name: None,
+        });
+        req.messages.push(Message {
+            tool_call_id: Some("t1".into()),
+            ..Message::text(Role::Tool, "42")
+        });
+        let continued = wire(&req);
+        assert!(
+            continued.get("additionalModelRequestFields").is_none(),
+            "{continued}"
+        );
     }
 
     #[test]
@@ -1856,6 +1989,47 @@ mod tests {
         .concat();
         let r = accumulate(&decode(vec![raw], true).await);
         assert_eq!(r.text, "{\"a\":2}");
+    }
+
+    /// A call without arguments streams its input as "" (or none at all): its arguments are
+    /// `{}`, as a complete answer's.
+    #[tokio::test]
+    async fn a_streamed_call_without_arguments_has_empty_object_arguments() {
+        let raw = [
+            event("messageStart", json!({"role": "assistant"})),
+            event("contentBlockStart", json!({"contentBlockIndex": 0, "start": {"toolUse": {"toolUseId": "tu_1", "name": "now"}}})),
+            event("contentBlockDelta", json!({"contentBlockIndex": 0, "delta": {"toolUse": {"input": ""}}})),
+            event("contentBlockStop", json!({"contentBlockIndex": 0})),
+            event("contentBlockStart", json!({"contentBlockIndex": 1, "start": {"toolUse": {"toolUseId": "tu_2", "name": "now"}}})),
+            event("contentBlockStop", json!({"contentBlockIndex": 1})),
+            event("messageStop", json!({"stopReason": "tool_use"})),
+        ]
+        .concat();
+        let r = accumulate(&decode(vec![raw], false).await);
+        assert_eq!(
+            r.tool_calls,
+            vec![
+                tool_call("tu_1", "now", "{}"),
+                tool_call("tu_2", "now", "{}")
+            ]
+        );
+        // The complete answer's, even with the input left out.
+        let sync: ConverseResponse = serde_json::from_value(json!({
+            "output": {"message": {"role": "assistant", "content": [
+                {"toolUse": {"toolUseId": "tu_1", "name": "now", "input": {}}},
+                {"toolUse": {"toolUseId": "tu_2", "name": "now"}}
+            ]}},
+            "stopReason": "tool_use"
+        }))
+        .unwrap();
+        let r = from_wire(sync, "m", false);
+        assert_eq!(
+            r.tool_calls,
+            vec![
+                tool_call("tu_1", "now", "{}"),
+                tool_call("tu_2", "now", "{}")
+            ]
+        );
     }
 
     #[tokio::test]

@@ -18,12 +18,15 @@ use serde_json::{Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
-use crate::provider::{DeltaStream, Provider};
+use crate::provider::{DeltaStream, Provider, thinking_under_cap};
 use crate::sse::{self, Deltas};
 
 /// Google's documented stand-in for a thought signature. Gemini 3 rejects replayed function
 /// calls without one, and canonical tool calls cannot carry the real signature back.
 const SKIP_SIGNATURE: &str = "skip_thought_signature_validator";
+/// The smallest thinking budget every Gemini thinking model takes (2.5 Flash-Lite's; 2.5 Pro's
+/// is 128); a budget shrunk under the caller's max_tokens is not taken below it.
+const MIN_THINKING_BUDGET: u32 = 512;
 
 pub struct GeminiProvider {
     key: String,
@@ -410,8 +413,12 @@ pub(crate) fn to_wire(request: &InferenceRequest) -> Result<GenerateContentReque
         stop_sequences: request.stop.clone(),
         response_mime_type,
         response_json_schema,
+        // Gemini counts thinking in maxOutputTokens: under the caller's cap the budget shrinks
+        // to fit, and with no room for the smallest budget no thinkingConfig is sent (the
+        // model's default, as for a request that asks for none; the cap still holds).
         thinking_config: request
             .thinking_budget
+            .and_then(|budget| thinking_under_cap(budget, request.max_tokens, MIN_THINKING_BUDGET))
             .map(|thinking_budget| ThinkingConfig { thinking_budget }),
     };
     Ok(GenerateContentRequest {
@@ -615,8 +622,10 @@ fn finish_reason(raw: &str) -> FinishReason {
         | "IMAGE_SAFETY"
         | "IMAGE_PROHIBITED_CONTENT"
         | "IMAGE_RECITATION" => FinishReason::ContentFilter,
+        // Failed tool calls end the answer with no call to make: OpenAI's finish reasons (what
+        // clients are given) have no error, and `stop` is the closest.
         "MALFORMED_FUNCTION_CALL" | "UNEXPECTED_TOOL_CALL" | "TOO_MANY_TOOL_CALLS" => {
-            FinishReason::Error
+            FinishReason::Stop
         }
         _ => FinishReason::Stop,
     }
@@ -650,10 +659,11 @@ pub(crate) fn from_wire(wire: GenerateContentResponse, requested_model: &str) ->
         return InferenceResponse {
             model,
             usage,
+            // An empty answer otherwise: OpenAI's finish reasons have no error.
             finish_reason: if blocked {
                 FinishReason::ContentFilter
             } else {
-                FinishReason::Error
+                FinishReason::Stop
             },
             ..Default::default()
         };
@@ -867,7 +877,7 @@ mod tests {
             temperature: Some(0.5),
             top_p: Some(0.9),
             top_k: Some(40),
-            max_tokens: Some(100),
+            max_tokens: Some(4000),
             seed: Some(7),
             stop: vec!["END".into()],
             tools: vec![
@@ -945,7 +955,7 @@ mod tests {
         assert_eq!(
             wire["generationConfig"],
             json!({
-                "temperature": 0.5, "topP": 0.9, "topK": 40, "maxOutputTokens": 100, "seed": 7,
+                "temperature": 0.5, "topP": 0.9, "topK": 40, "maxOutputTokens": 4000, "seed": 7,
                 "stopSequences": ["END"], "responseMimeType": "application/json",
                 "responseJsonSchema": {"type": "object", "properties": {"a": {"type": "string"}}},
                 "thinkingConfig": {"thinkingBudget": 2048},
@@ -965,6 +975,43 @@ mod tests {
         assert_eq!(
             wire["toolConfig"],
             json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["lookup"]}})
+        );
+    }
+
+    /// Gemini counts thinking in maxOutputTokens: the caller's cap is never raised, the budget
+    /// fits under it, and with no room for the smallest budget no thinking is asked for.
+    #[test]
+    fn the_thinking_budget_fits_under_the_callers_max_tokens() {
+        let generation = |max_tokens, thinking_budget| {
+            let request = InferenceRequest {
+                model: "gemini-2.5-flash".into(),
+                messages: vec![Message::text(Role::User, "hi")],
+                max_tokens,
+                thinking_budget,
+                ..Default::default()
+            };
+            serde_json::to_value(to_wire(&request).unwrap()).unwrap()["generationConfig"].clone()
+        };
+        assert_eq!(
+            generation(Some(3000), Some(8192)),
+            json!({"maxOutputTokens": 3000, "thinkingConfig": {"thinkingBudget": 2999}})
+        );
+        assert_eq!(
+            generation(Some(1024), Some(8192)),
+            json!({"maxOutputTokens": 1024, "thinkingConfig": {"thinkingBudget": 1023}})
+        );
+        assert_eq!(
+            generation(Some(400), Some(8192)),
+            json!({"maxOutputTokens": 400})
+        );
+        // A budget that fits is sent as asked (0 turns thinking off where a model allows it).
+        assert_eq!(
+            generation(Some(400), Some(0)),
+            json!({"maxOutputTokens": 400, "thinkingConfig": {"thinkingBudget": 0}})
+        );
+        assert_eq!(
+            generation(None, Some(24_576)),
+            json!({"thinkingConfig": {"thinkingBudget": 24_576}})
         );
     }
 
@@ -1206,7 +1253,7 @@ mod tests {
         assert_eq!(r.usage.tokens_in, 6);
 
         let empty: GenerateContentResponse = serde_json::from_value(json!({})).unwrap();
-        assert_eq!(from_wire(empty, "m").finish_reason, FinishReason::Error);
+        assert_eq!(from_wire(empty, "m").finish_reason, FinishReason::Stop);
 
         for (raw, expected) in [
             ("STOP", FinishReason::Stop),
@@ -1216,7 +1263,10 @@ mod tests {
             ("PROHIBITED_CONTENT", FinishReason::ContentFilter),
             ("BLOCKLIST", FinishReason::ContentFilter),
             ("SPII", FinishReason::ContentFilter),
-            ("MALFORMED_FUNCTION_CALL", FinishReason::Error),
+            ("MALFORMED_FUNCTION_CALL", FinishReason::Stop),
+            ("UNEXPECTED_TOOL_CALL", FinishReason::Stop),
+            ("TOO_MANY_TOOL_CALLS", FinishReason::Stop),
+            ("LANGUAGE", FinishReason::Stop),
             ("OTHER", FinishReason::Stop),
             ("FINISH_REASON_UNSPECIFIED", FinishReason::Stop),
         ] {

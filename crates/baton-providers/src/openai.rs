@@ -633,7 +633,8 @@ pub(crate) fn finish_reason(raw: &str) -> FinishReason {
         "length" => FinishReason::Length,
         "tool_calls" | "function_call" => FinishReason::ToolCalls,
         "content_filter" => FinishReason::ContentFilter,
-        "error" => FinishReason::Error,
+        // What clients are given is OpenAI's set, which has no error (some compatible servers
+        // send one): anything else ended the answer, `stop`.
         _ => FinishReason::Stop,
     }
 }
@@ -660,10 +661,11 @@ pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceR
         .unwrap_or_default();
     let model = wire.model.unwrap_or_else(|| requested_model.to_string());
     let Some(choice) = wire.choices.into_iter().next() else {
+        // An empty answer: OpenAI's finish reasons have no error.
         return InferenceResponse {
             model,
             usage,
-            finish_reason: FinishReason::Error,
+            finish_reason: FinishReason::Stop,
             ..Default::default()
         };
     };
@@ -1258,6 +1260,25 @@ mod tests {
         assert_eq!(r.text, "");
         assert_eq!(r.refusal.as_deref(), Some("I'm sorry, no."));
         assert_eq!(r.finish_reason, FinishReason::Stop);
+    }
+
+    /// Clients get OpenAI's finish reasons; a compatible server's `error` (or an answer
+    /// without choices) is none of them and ends the answer as `stop`.
+    #[test]
+    fn finish_reasons_are_openais() {
+        for (raw, expected) in [
+            ("stop", "stop"),
+            ("length", "length"),
+            ("tool_calls", "tool_calls"),
+            ("function_call", "tool_calls"),
+            ("content_filter", "content_filter"),
+            ("error", "stop"),
+            ("eos", "stop"),
+        ] {
+            assert_eq!(finish_reason(raw).as_openai(), expected, "{raw}");
+        }
+        let empty: ChatResponse = serde_json::from_value(json!({"choices": []})).unwrap();
+        assert_eq!(from_wire(empty, "m").finish_reason, FinishReason::Stop);
     }
 
     /// An error object reads as a chunk with every field absent: it must still be an error.

@@ -26,6 +26,19 @@ pub trait Provider: Send + Sync + 'static {
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream>;
 }
 
+/// The thinking budget to send where a provider counts thinking inside the answer's token cap
+/// (Anthropic, Bedrock's Claude, Gemini): the caller's `max_tokens` is never raised, so a budget
+/// that does not fit shrinks to leave the answer one token, and thinking is off when the cap
+/// cannot hold the provider's `minimum` budget.
+pub(crate) fn thinking_under_cap(budget: u32, cap: Option<u32>, minimum: u32) -> Option<u32> {
+    match cap {
+        Some(cap) if budget < cap => Some(budget),
+        Some(cap) if cap <= minimum => None,
+        Some(cap) => Some(cap - 1),
+        None => Some(budget),
+    }
+}
+
 /// Ends `deltas` with an error when the upstream closes the body before the stream's finish
 /// event: a clean end part-way through an answer is a failure, not a short answer billed at
 /// whatever usage had arrived (usually none).
