@@ -344,4 +344,31 @@ async fn a_malformed_bootstrap_key_is_refused_before_anything_is_written() {
         "{said}"
     );
     assert!(!path.exists(), "no database was created");
+
+    // Nor is a key that could never travel in a bearer token, or a pool of no connections.
+    for (variable, value, said_what) in [
+        (
+            "BATON_BOOTSTRAP_API_KEY",
+            "baton_0123456789abcdef0123456789abcd ef",
+            "without spaces",
+        ),
+        (
+            "BATON_DATABASE__MAX_CONNECTIONS",
+            "0",
+            "database.max_connections",
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_baton"))
+            .current_dir(dir.path())
+            .env("BATON_DATABASE_URL", format!("sqlite://{}", path.display()))
+            .env("BATON_LOG", "warn")
+            .env(variable, value)
+            .args(["serve", "--bind", &format!("127.0.0.1:{}", free_port())])
+            .output()
+            .expect("run baton");
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{said}");
+        assert!(said.contains(said_what), "{said}");
+        assert!(!path.exists(), "no database was created");
+    }
 }

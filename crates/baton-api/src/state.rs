@@ -140,7 +140,7 @@ pub struct AppParts {
     pub(crate) mcp_imports: Arc<tokio::sync::Mutex<()>>,
 }
 const JWT_SECRET_NAME: &str = "jwt_signing_key";
-const MIN_JWT_SECRET_LEN: usize = 32;
+pub const MIN_JWT_SECRET_LEN: usize = 32;
 
 impl AppState {
     pub async fn build(

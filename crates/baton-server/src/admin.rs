@@ -23,6 +23,11 @@ pub fn check_bootstrap_key(configured_key: Option<&SecretString>) -> Result<(), 
                 "BATON_BOOTSTRAP_API_KEY must start with '{KEY_PREFIX}' and be at least {MIN_BOOTSTRAP_KEY_LEN} characters"
             )))
         }
+        // A space or a non-ASCII character cannot travel in a bearer token: such a key would
+        // never authenticate, and the operator would be locked out of the tenant.
+        Some(secret) if !secret.bytes().all(|b| b.is_ascii_graphic()) => Err(ServerError::Config(
+            "BATON_BOOTSTRAP_API_KEY must be printable ASCII without spaces".into(),
+        )),
         _ => Ok(()),
     }
 }

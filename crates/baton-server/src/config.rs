@@ -11,7 +11,7 @@ use baton_providers::{BUILT_IN, ProvidersConfig};
 use baton_store::runs::WriterOptions;
 use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
-use secrecy::SecretString;
+use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
 
 use baton_providers::routing::{BreakerConfig, RouterConfig};
@@ -570,6 +570,23 @@ impl Config {
         let attempts = NonZeroU32::new(self.auth.login_attempts_per_minute).ok_or_else(|| {
             ServerError::Config("auth.login_attempts_per_minute must be at least 1".into())
         })?;
+        if let Some(secret) = &self.auth.jwt_secret
+            && secret.expose_secret().len() < baton_api::state::MIN_JWT_SECRET_LEN
+        {
+            return Err(ServerError::Config(format!(
+                "auth.jwt_secret must be at least {} bytes",
+                baton_api::state::MIN_JWT_SECRET_LEN
+            )));
+        }
+        // Zero here starts a service that refuses every body or issues expired tokens.
+        for (key, value) in [
+            ("server.max_body_bytes", self.server.max_body_bytes as u64),
+            ("auth.session_ttl_secs", self.auth.session_ttl_secs),
+        ] {
+            if value == 0 {
+                return Err(ServerError::Config(format!("{key} must be at least 1")));
+            }
+        }
         Ok(ApiConfig {
             max_body_bytes: self.server.max_body_bytes,
             request_timeout: Duration::from_secs(self.server.request_timeout_secs),
@@ -727,6 +744,23 @@ mod tests {
             assert!(err.contains("limits.max_stream_duration_secs"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn values_that_would_break_every_request_are_refused_naming_the_key() {
+        for (file, key) in [
+            ("[server]\nmax_body_bytes = 0\n", "server.max_body_bytes"),
+            ("[auth]\nsession_ttl_secs = 0\n", "auth.session_ttl_secs"),
+            ("[auth]\njwt_secret = \"short\"\n", "auth.jwt_secret"),
+        ] {
+            Jail::expect_with(|jail| {
+                jail.create_file("baton.toml", file)?;
+                let config = Config::load(None).map_err(|e| e.to_string())?;
+                let err = config.api_config().unwrap_err().to_string();
+                assert!(err.contains(key), "{err}");
+                Ok(())
+            });
+        }
     }
 
     #[test]

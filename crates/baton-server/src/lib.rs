@@ -71,6 +71,12 @@ pub fn build_providers(
 
 /// Opens the database and applies migrations.
 pub async fn open_store(config: &Config) -> Result<Store, ServerError> {
+    // The pool cannot be built empty (the driver panics on it).
+    if config.database.max_connections == 0 {
+        return Err(ServerError::Config(
+            "database.max_connections must be at least 1".into(),
+        ));
+    }
     let mut options = StoreOptions::new(config.database_url.clone());
     options.max_connections = config.database.max_connections;
     options.acquire_timeout = Duration::from_secs(config.database.acquire_timeout_secs);

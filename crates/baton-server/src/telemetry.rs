@@ -26,7 +26,11 @@ pub fn init(format: LogFormat) -> WorkerGuard {
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let console = match format {
         LogFormat::Json => json_console(writer).boxed(),
-        LogFormat::Text => fmt::layer().with_writer(writer).boxed(),
+        // Colours only for a terminal: a file or journald gets plain text.
+        LogFormat::Text => fmt::layer()
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_writer(writer)
+            .boxed(),
     };
     // A second init (tests) keeps the first subscriber.
     let _ = tracing_subscriber::registry()
