@@ -603,6 +603,33 @@ async fn catalogue_and_providers_are_listed() {
         listed.iter().all(|(_, owner)| *owner != "mistral"),
         "an unconfigured provider's models are not offered"
     );
+    // One model, as OpenAI's SDK asks for it (the id's `/` encoded) and as written.
+    for path in [
+        "/api/v1/models/openai%2Fgpt-4o-mini",
+        "/api/v1/models/openai/gpt-4o-mini",
+    ] {
+        let model = app.get(path, &key).await.json();
+        assert_eq!(model["id"], "openai/gpt-4o-mini", "{path}: {model}");
+        assert_eq!(model["object"], "model");
+        assert_eq!(model["owned_by"], "openai");
+    }
+    let unconfigured = app.get("/api/v1/models/mistral/mistral-large-2512", &key);
+    unconfigured.await.error(404, "MODEL_NOT_FOUND");
+    app.get("/api/v1/models/openai%2Fno-such-model", &key)
+        .await
+        .error(404, "MODEL_NOT_FOUND");
+    // Web search is priced per call beside the tokens: the descriptors say how much.
+    let descriptors = app.get("/api/v1/models/descriptors", &key).await.json();
+    let searching = descriptors
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["supportsWebSearch"] == true)
+        .expect("a model with web search");
+    assert!(
+        searching["webSearchCreditsPerCall"].as_i64().unwrap() > 0,
+        "{searching}"
+    );
     // Without credentials the routes still need auth.
     assert_eq!(
         app.request(Method::GET, "/api/v1/providers", None, None)

@@ -209,6 +209,15 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
             format!("/api/v1/flows/{flow_id}/runs"),
         ),
         ("/api/v1/runs/{runId}", format!("/api/v1/runs/{run_id}")),
+        // The catalogue is the platform's, the same for every tenant: nothing of A's to find.
+        (
+            "/api/v1/models/{model}",
+            "/api/v1/models/openai%2Fb-unknown".to_string(),
+        ),
+        (
+            "/api/v1/models/{provider}/{model}",
+            "/api/v1/models/openai/b-unknown".to_string(),
+        ),
         (
             "/api/v1/runs/{runId}/cancel",
             format!("/api/v1/runs/{run_id}/cancel"),
@@ -380,7 +389,9 @@ async fn another_tenants_ids_are_not_found_and_lists_never_show_them() {
                 .request(method.clone(), &concrete, Some(&b_session), body)
                 .await;
         }
-        if path.contains('{') {
+        if path.starts_with("/api/v1/models/{") {
+            response.error(404, "MODEL_NOT_FOUND");
+        } else if path.contains('{') {
             response.error(404, "NOT_FOUND");
         } else {
             assert_eq!(

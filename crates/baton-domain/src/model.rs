@@ -88,6 +88,10 @@ pub struct ModelDescriptor {
     pub supports_reasoning: bool,
     #[serde(default)]
     pub supports_web_search: bool,
+    /// What one web search the model runs costs, in credits (the provider's fee per call,
+    /// billed beside the tokens); absent for a model without web search.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub web_search_credits_per_call: Option<i64>,
 }
 
 #[cfg(test)]

@@ -49,6 +49,11 @@ impl Catalogue {
         let mut models = file.models;
         for model in &mut models {
             model.id = format!("{}/{}", model.provider, model.name);
+            // Published with the model, so a client can predict and check that part of a bill.
+            model.web_search_credits_per_call = model.supports_web_search.then(|| {
+                let fee = file.web_search_credits_per_call.get(&model.provider);
+                fee.copied().unwrap_or(0)
+            });
         }
         models.sort_by(|a, b| a.id.cmp(&b.id));
         let mut index: HashMap<String, HashMap<String, usize>> = HashMap::default();
@@ -145,6 +150,18 @@ mod tests {
         }
         let ids: std::collections::HashSet<_> = catalogue.models().iter().map(|m| &m.id).collect();
         assert_eq!(ids.len(), catalogue.models().len(), "duplicate models");
+        // A model that searches publishes its provider's fee per search; no other model does.
+        for m in catalogue.models() {
+            let fee = catalogue.web_search_fee(&m.provider);
+            let expected = m.supports_web_search.then_some(fee);
+            assert_eq!(m.web_search_credits_per_call, expected, "{}", m.id);
+        }
+        assert!(
+            catalogue
+                .models()
+                .iter()
+                .any(|m| m.web_search_credits_per_call.is_some())
+        );
     }
 
     #[test]

@@ -97,7 +97,7 @@ pub struct Endpoint {
     pub url: Url,
     pub origin_source: OriginSource,
     /// Whether the tool's stored headers go with the call: not when a caller's callback URL
-    /// moved an absolute `webUrl` to its own host. Stored headers usually hold the tool's
+    /// moved an absolute `webUrl` to another origin. Stored headers usually hold the tool's
     /// credentials for the host it names, and any caller with a registered origin could
     /// otherwise collect them (a record edit that changes the host must resend them too).
     pub sends_stored_headers: bool,
@@ -194,6 +194,9 @@ pub fn select_endpoint(tool: &Tool, ctx: &CallContext<'_>) -> Result<Endpoint, B
             "the X-Baton-Callback-Url header is not an http or https URL with a host".to_string(),
         )
     })?;
+    // A relative webUrl is caller-hosted by design: its headers are meant for these hosts. An
+    // absolute one keeps them only where the callback origin is its own.
+    let mut sends_stored_headers = relative;
     if relative {
         // The fragment is never sent; the query, if any, follows the first '?'.
         let without_fragment = filled.split('#').next().unwrap_or_default();
@@ -209,6 +212,7 @@ pub fn select_endpoint(tool: &Tool, ctx: &CallContext<'_>) -> Result<Endpoint, B
         let stored = parse_absolute(&filled)?;
         url.set_path(stored.path());
         url.set_query(stored.query());
+        sends_stored_headers = url.origin() == stored.origin();
     }
 
     let origin = url.origin().ascii_serialization();
@@ -230,8 +234,7 @@ pub fn select_endpoint(tool: &Tool, ctx: &CallContext<'_>) -> Result<Endpoint, B
     Ok(Endpoint {
         url,
         origin_source: OriginSource::Callback,
-        // A relative webUrl is caller-hosted by design: its headers are meant for these hosts.
-        sends_stored_headers: relative,
+        sends_stored_headers,
     })
 }
 

@@ -129,6 +129,8 @@ fn protected_route_list() -> OpenApiRouter<AppState> {
         .routes(routes!(customers::customers_usage))
         .routes(routes!(models::list_descriptors))
         .routes(routes!(models::list_models))
+        .routes(routes!(models::retrieve_model))
+        .routes(routes!(models::retrieve_provider_model))
         .routes(routes!(models::list_providers))
         .routes(routes!(chat::chat_completions))
         .routes(routes!(inference::inference))

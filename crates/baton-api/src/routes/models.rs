@@ -6,7 +6,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::auth::Principal;
-use crate::error::{ApiResult, ErrorResponse};
+use crate::error::{ApiError, ApiResult, ErrorResponse};
+use crate::extract::{PathParam, PathParams};
 use crate::state::AppState;
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -89,6 +90,68 @@ pub async fn list_models(
         object: "list",
         data,
     }))
+}
+
+/// One model of [`list_models`], so an OpenAI client's `models.retrieve()` works. The SDK
+/// sends the id's `/` percent-encoded (`openai%2Fgpt-4o-mini`); the unencoded form is served by
+/// [`retrieve_provider_model`].
+#[utoipa::path(get, path = "/api/v1/models/{model}", tag = "models",
+    params(("model" = String, Path, description = "`<provider>/<model>`, its `/` percent-encoded")),
+    responses(
+        (status = 200, description = "The model", body = CompatibleModel),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "Not a model of a configured provider (MODEL_NOT_FOUND)", body = ErrorResponse),
+    ))]
+pub async fn retrieve_model(
+    State(state): State<AppState>,
+    _principal: Principal,
+    PathParam(model): PathParam,
+) -> ApiResult<axum::Json<CompatibleModel>> {
+    compatible_model(&state, &model).map(axum::Json)
+}
+
+/// [`retrieve_model`] with the id's `/` as it is.
+#[utoipa::path(get, path = "/api/v1/models/{provider}/{model}", tag = "models",
+    params(
+        ("provider" = String, Path, description = "Provider key"),
+        ("model" = String, Path, description = "Model name"),
+    ),
+    responses(
+        (status = 200, description = "The model", body = CompatibleModel),
+        (status = 401, description = "Not authenticated", body = ErrorResponse),
+        (status = 404, description = "Not a model of a configured provider (MODEL_NOT_FOUND)", body = ErrorResponse),
+    ))]
+pub async fn retrieve_provider_model(
+    State(state): State<AppState>,
+    _principal: Principal,
+    PathParams((provider, model)): PathParams<(String, String)>,
+) -> ApiResult<axum::Json<CompatibleModel>> {
+    compatible_model(&state, &format!("{provider}/{model}")).map(axum::Json)
+}
+
+fn compatible_model(state: &AppState, id: &str) -> ApiResult<CompatibleModel> {
+    let providers = &state.providers;
+    let provider = id.split_once('/').map(|(provider, _)| provider);
+    let listed = provider.is_some_and(|key| {
+        providers
+            .list()
+            .iter()
+            .any(|p| p.key == key && p.configured)
+            && providers.models_of(key).iter().any(|m| m == id)
+    });
+    match (listed, provider) {
+        (true, Some(key)) => Ok(CompatibleModel {
+            id: id.to_string(),
+            object: "model",
+            created: 0,
+            owned_by: key.to_string(),
+        }),
+        _ => Err(ApiError::Status {
+            status: axum::http::StatusCode::NOT_FOUND,
+            code: "MODEL_NOT_FOUND",
+            message: format!("model '{id}' is not one of the configured providers' models"),
+        }),
+    }
 }
 
 #[utoipa::path(get, path = "/api/v1/providers", tag = "models",
