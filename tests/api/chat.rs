@@ -1149,6 +1149,23 @@ async fn structured_output_is_validated_retried_once_then_refused() {
         assert_eq!(run.usage.tokens_out, 10, "{model}");
         assert!(run.cost_credits > 0 || run.pricing_uncertain, "{model}");
     }
+    // The retry is a second model call: counted, and priced on its own (DESIGN.md rounds per
+    // inference: 1,234 in and 567 out cost 525.3 credits a call, so 1,050, not 1,051).
+    mock.push(Reply::text(r#"{"age": "old"}"#).with_usage(1234, 567));
+    mock.push(Reply::text(r#"{"age": 42}"#).with_usage(1234, 567));
+    let retried = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            chat("openai/gpt-4o-mini", format.clone()),
+        )
+        .await;
+    assert_eq!(retried.status, 200, "{}", retried.text);
+    let run = wait_for_run(&app, retried.headers["x-request-id"].to_str().unwrap()).await;
+    assert_eq!(run.inference_count, 2);
+    assert_eq!((run.usage.tokens_in, run.usage.tokens_out), (2468, 1134));
+    assert_eq!(run.raw_cost_credits, 1050);
+
     // Streams are checked once complete: no retry (the text is with the client), an error chunk.
     let mut streamed = chat("openai/gpt-4o-mini", format.clone());
     streamed["stream"] = json!(true);

@@ -332,9 +332,36 @@ pub struct InferenceResponse {
     /// checked against it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub refusal: Option<String>,
+    /// The usage of answers made for this one and thrown away (a structured-output retry's
+    /// first answer), each one model call: they are in `usage` too, but each call is priced
+    /// and counted on its own.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub discarded: Vec<Usage>,
 }
 
 impl InferenceResponse {
+    /// The model calls this answer took.
+    pub fn calls(&self) -> u32 {
+        1 + u32::try_from(self.discarded.len()).unwrap_or(u32::MAX - 1)
+    }
+
+    /// The usage of each call, the answer's own last (`usage` less the discarded ones).
+    pub fn usage_per_call(&self) -> impl Iterator<Item = Usage> + '_ {
+        let mut own = self.usage;
+        for earlier in &self.discarded {
+            own.tokens_in = own.tokens_in.saturating_sub(earlier.tokens_in);
+            own.tokens_out = own.tokens_out.saturating_sub(earlier.tokens_out);
+            own.reasoning_tokens = own
+                .reasoning_tokens
+                .saturating_sub(earlier.reasoning_tokens);
+            own.cached_tokens = own.cached_tokens.saturating_sub(earlier.cached_tokens);
+            own.web_search_calls = own
+                .web_search_calls
+                .saturating_sub(earlier.web_search_calls);
+        }
+        self.discarded.iter().copied().chain(std::iter::once(own))
+    }
+
     /// Whether the answer says anything (text or tool calls): a stream cut before it did is a
     /// request that got no answer.
     pub fn has_output(&self) -> bool {

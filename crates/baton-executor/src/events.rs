@@ -657,7 +657,7 @@ pub fn request_completed<'a>(
             .usage
             .tokens_out
             .saturating_add(earlier.usage.tokens_out),
-        total_inference_count: 1 + u32::from(call.earlier_call.is_some()),
+        total_inference_count: response.calls() + u32::from(call.earlier_call.is_some()),
         total_tool_calls: response.tool_calls.len(),
         total_agent_spawns: 0,
         max_depth_reached: u32::from(call.earlier_call.is_some()),

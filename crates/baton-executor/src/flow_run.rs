@@ -608,7 +608,7 @@ impl Engine {
         } else {
             response.model.as_str()
         };
-        let cost = pricing.cost(provider, served, model, &response.usage);
+        let cost = pricing.cost_of_answer(provider, served, model, &response);
         record_call_outcome(&mut events, &call, Ok((&response, cost.billed)));
         log.attach_events(events.take_stored());
         log.succeed(provider, model, &response).await;
@@ -756,11 +756,11 @@ impl Engine {
             }
         };
         let response = answer.value;
-        let cost = pricing.cost(
+        let cost = pricing.cost_of_answer(
             &answer.model.provider,
             &answer.model.model,
             &answer.model.model,
-            &response.usage,
+            &response,
         );
         log.succeed(&answer.model.provider, &answer.model.model, &response)
             .await;

@@ -85,6 +85,26 @@ impl Pricing {
     }
 }
 
+impl Pricing {
+    /// [`Pricing::cost`] of an answer, each model call it took priced on its own (a
+    /// structured-output retry is two calls: DESIGN.md rounds per inference).
+    pub fn cost_of_answer(
+        &self,
+        provider: &str,
+        served: &str,
+        requested: &str,
+        response: &InferenceResponse,
+    ) -> Cost {
+        if response.discarded.is_empty() {
+            return self.cost(provider, served, requested, &response.usage);
+        }
+        response
+            .usage_per_call()
+            .map(|usage| self.cost(provider, served, requested, &usage))
+            .fold(Cost::default(), Cost::plus)
+    }
+}
+
 /// The warning of a run whose usage was estimated (a stream cut before its usage arrived).
 pub const USAGE_ESTIMATED: &str = "USAGE_ESTIMATED";
 /// The usual rule of thumb for English text with the common tokenizers; an estimate for billing
@@ -250,7 +270,9 @@ impl RunLog {
         } else {
             response.model.as_str()
         };
-        let cost = self.pricing.cost(provider, served, model, &response.usage);
+        let cost = self
+            .pricing
+            .cost_of_answer(provider, served, model, response);
         self.settle_priced(provider, model, response, finished, cost);
     }
 
@@ -275,7 +297,7 @@ impl RunLog {
             record.served_model = Some(format!("{provider}/{served}"));
             record.status = RunStatus::Succeeded;
             // A run with tools has counted its calls; any other answer is one call.
-            record.inference_count = record.inference_count.max(1);
+            record.inference_count = record.inference_count.max(response.calls());
             let finish_reason = finished.then(|| response.finish_reason.as_openai());
             record.finish_reason = finish_reason.map(str::to_string);
             record.usage = response.usage;

@@ -376,6 +376,9 @@ struct GatewayTurns<'a> {
     failed_model: Option<ChainModel>,
     /// Calls that failed after answering part way (billed), beside the loop's answered ones.
     billed_failures: u32,
+    /// Answers thrown away and asked again (structured-output retries), beside the loop's
+    /// answered ones.
+    discarded_calls: u32,
     /// The tree's spend and ceiling.
     spent: Arc<AtomicI64>,
     budget: Option<i64>,
@@ -562,12 +565,13 @@ impl ModelTurns for GatewayTurns<'_> {
                 } else {
                     response.model.as_str()
                 };
-                let cost = self.pricing.cost(
+                let cost = self.pricing.cost_of_answer(
                     &answer.model.provider,
                     served,
                     &answer.model.model,
-                    &response.usage,
+                    &response,
                 );
+                self.discarded_calls += response.calls() - 1;
                 self.cost = self.cost.plus(cost);
                 self.spent
                     .fetch_add(cost.billed.0, std::sync::atomic::Ordering::Relaxed);
@@ -872,6 +876,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
         served: None,
         failed_model: None,
         billed_failures: 0,
+        discarded_calls: 0,
         spent: scope.spent.clone(),
         budget: scope.budget,
         run_chain: &scope.run_chain,
@@ -891,7 +896,9 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
     // the last answer), as `cost` prices it.
     let usage = turns.usage;
     let failed_model = turns.failed_model.take();
-    let billed_failures = turns.billed_failures;
+    // Calls the loop's own count (one a turn) leaves out.
+    let billed_failures = turns.billed_failures + turns.discarded_calls;
+    let discarded_calls = turns.discarded_calls;
     let fallback_used = log.record_mut().is_some_and(|r| r.fallback_used);
     match outcome {
         Ok(outcome) => {
@@ -925,7 +932,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
             if let Some(record) = log.record_mut() {
                 record.tool_calls = outcome.tool_calls.clone();
                 record.warnings.extend(outcome.warnings.iter().cloned());
-                record.inference_count = outcome.inferences;
+                record.inference_count = outcome.inferences + discarded_calls;
             }
             if is_root {
                 log.attach_events(events.take_stored());
@@ -969,7 +976,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
                 record.tool_calls = tool_calls.clone();
                 record.warnings.push(warning.clone());
                 record.cancelled_at = Some(baton_domain::Timestamp::now());
-                record.inference_count = inferences;
+                record.inference_count = inferences + discarded_calls;
             }
             let tree_credits = subtree_credits(cost, &tool_calls);
             if inferences == 0 {

@@ -698,6 +698,7 @@ pub(crate) fn from_wire(wire: GenerateContentResponse, requested_model: &str) ->
         FinishReason::ToolCalls
     };
     InferenceResponse {
+        discarded: Vec::new(),
         model,
         text,
         tool_calls,

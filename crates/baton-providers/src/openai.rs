@@ -681,6 +681,7 @@ pub(crate) fn from_wire(wire: ChatResponse, requested_model: &str) -> InferenceR
         })
         .collect();
     InferenceResponse {
+        discarded: Vec::new(),
         model,
         text,
         tool_calls: choice

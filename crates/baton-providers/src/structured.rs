@@ -74,12 +74,10 @@ pub async fn infer_checked(
     tracing::debug!(provider = provider.key(), problem = %first_problem, "structured output invalid; retrying once");
     let mut second = provider.infer(request).await?;
     let mut usage = first.usage;
-    usage.tokens_in += second.usage.tokens_in;
-    usage.tokens_out += second.usage.tokens_out;
-    usage.reasoning_tokens += second.usage.reasoning_tokens;
-    usage.cached_tokens += second.usage.cached_tokens;
-    usage.web_search_calls += second.usage.web_search_calls;
+    usage.add(second.usage);
     second.usage = usage;
+    // Two calls: each is priced and counted on its own.
+    second.discarded.push(first.usage);
     match check_answer(schema, &second) {
         Ok(()) => Ok(second),
         Err(problem) => Err(ProviderError::InvalidOutput {
