@@ -770,8 +770,9 @@ fn validate_web_url(raw: &str, param: &str) -> DomainResult<String> {
         }
         return Ok(url.to_string());
     }
-    // Placeholders may sit in the host or path; check the shape with them filled in.
-    let probe = url.replace("[[", "x").replace("]]", "x");
+    // Placeholders may sit in the host, port or path: check the shape with each filled in by a
+    // value that fits any of them.
+    let probe = fill_placeholders(url, "1");
     match url::Url::parse(&probe) {
         Ok(parsed) if matches!(parsed.scheme(), "http" | "https") && parsed.host().is_some() => {
             Ok(url.to_string())
@@ -783,6 +784,22 @@ fn validate_web_url(raw: &str, param: &str) -> DomainResult<String> {
             ),
         )),
     }
+}
+
+/// `text` with every `[[...]]` replaced by `value`.
+fn fill_placeholders(text: &str, value: &str) -> String {
+    let mut filled = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("[[") {
+        let Some(length) = rest[start..].find("]]") else {
+            break;
+        };
+        filled.push_str(&rest[..start]);
+        filled.push_str(value);
+        rest = &rest[start + length + 2..];
+    }
+    filled.push_str(rest);
+    filled
 }
 
 fn validate_header_name(name: &str, param: &str) -> DomainResult<()> {
@@ -1382,6 +1399,16 @@ mod tests {
             "callbackTokenHeader"
         );
         assert_eq!(refused(json!({"name": "get_state"})), "name");
+        // A placeholder may stand for the port too.
+        for url in [
+            "http://[[h]]:[[port]]/x",
+            "https://[[t]].example.com:8443/[[p]]",
+        ] {
+            let input: ToolInput =
+                serde_json::from_value(json!({"name": "t", "toolType": "External", "webUrl": url}))
+                    .unwrap();
+            assert!(input.validate().is_ok(), "{url}");
+        }
         let kept: ToolInput = serde_json::from_value(json!({
             "name": "t", "toolType": "External", "webUrl": "https://a.example/x",
             "headers": {"Authorization": "Bearer k", "X-A": "1"}, "callbackTokenHeader": "X-Caller",

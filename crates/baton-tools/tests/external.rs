@@ -381,3 +381,14 @@ async fn the_strict_guard_refuses_the_loopback_host_whatever_the_allowlist_says(
     );
     assert!(setup.host.requests().is_empty());
 }
+
+#[tokio::test]
+async fn a_placeholder_may_stand_for_the_port() {
+    let mut setup = Setup::new().await;
+    let port = setup.host.addr().port().to_string();
+    setup.parameters.insert("port".into(), port);
+    let stored = tool("http://127.0.0.1:[[port]]/echo");
+    let outcome = setup.call(&stored, &setup.stored(), json!({})).await;
+    assert!(outcome.result.is_ok(), "{:?}", outcome.result);
+    assert_eq!(setup.host.requests()[0].path, "/echo");
+}
