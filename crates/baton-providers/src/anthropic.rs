@@ -110,9 +110,13 @@ impl Provider for AnthropicProvider {
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
         let body = self.wire(request, true)?;
         let structured = structured(request);
-        http::stream(&self.key, &request.model, self.request(&body), |response| {
-            deltas(&self.key, response.bytes_stream(), structured)
-        })
+        http::stream(
+            &self.key,
+            &request.model,
+            self.request(&body),
+            self.timeout,
+            |response| deltas(&self.key, response.bytes_stream(), structured),
+        )
         .await
     }
 }

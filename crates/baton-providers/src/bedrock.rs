@@ -182,13 +182,19 @@ impl Provider for BedrockProvider {
         let body = self.wire(request)?;
         let builder = self.request(&request.model, &body, true)?;
         let structured = structured(request);
-        http::stream(&self.key, &request.model, builder, |response| {
-            let provider = self.key.clone();
-            let bytes = response
-                .bytes_stream()
-                .map(move |chunk| chunk.map_err(|e| http::transport_error(&provider, e)));
-            deltas(&self.key, bytes, structured, MAX_FRAME_BYTES)
-        })
+        http::stream(
+            &self.key,
+            &request.model,
+            builder,
+            self.timeout,
+            |response| {
+                let provider = self.key.clone();
+                let bytes = response
+                    .bytes_stream()
+                    .map(move |chunk| chunk.map_err(|e| http::transport_error(&provider, e)));
+                deltas(&self.key, bytes, structured, MAX_FRAME_BYTES)
+            },
+        )
         .await
     }
 }
@@ -1084,6 +1090,8 @@ struct Decoding {
     frames: FrameBuffer,
     state: StreamState,
     ready: VecDeque<ProviderResult<StreamDelta>>,
+    /// A delta went out: the stream is committed to its model.
+    yielded: bool,
     done: bool,
 }
 
@@ -1131,11 +1139,13 @@ where
         frames: FrameBuffer::new(max_frame_bytes),
         state: StreamState::new(provider, structured),
         ready: VecDeque::new(),
+        yielded: false,
         done: false,
     };
     Box::pin(futures::stream::unfold(decoding, |mut d| async move {
         loop {
             if let Some(item) = d.ready.pop_front() {
+                d.yielded |= item.is_ok();
                 return Some((item, d));
             }
             if d.done {
@@ -1145,10 +1155,20 @@ where
                 Some(Ok(chunk)) => d.feed(&chunk),
                 Some(Err(err)) => d.fail(err),
                 None if d.frames.pending() > 0 => {
-                    let err = d.state.invalid(format!(
+                    let message = format!(
                         "the event stream ended inside a frame ({} bytes left)",
                         d.frames.pending()
-                    ));
+                    );
+                    // A body cut before the answer began is a broken connection, retryable
+                    // like the transport errors above; later it is a broken answer.
+                    let err = if d.yielded {
+                        d.state.invalid(message)
+                    } else {
+                        ProviderError::Connection {
+                            provider: d.state.provider.clone(),
+                            message,
+                        }
+                    };
                     d.fail(err);
                 }
                 None => d.done = true,
@@ -2136,6 +2156,23 @@ mod tests {
         let deltas: Vec<_> = deltas_of(failing).await;
         assert_eq!(deltas.len(), 2);
         assert!(matches!(deltas[1], Err(ProviderError::Connection { .. })));
+    }
+
+    /// A body that ends inside a frame before any delta was cut before the answer began:
+    /// retryable, as a broken connection is, so the chain tries the next model.
+    #[tokio::test]
+    async fn a_body_cut_before_the_answer_is_retryable() {
+        let mut raw = event("messageStart", json!({"role": "assistant"}));
+        let text = event(
+            "contentBlockDelta",
+            json!({"contentBlockIndex": 0, "delta": {"text": "a"}}),
+        );
+        raw.extend_from_slice(&text[..text.len() / 2]);
+        let deltas = decode(vec![raw], false).await;
+        match &deltas[..] {
+            [Err(error @ ProviderError::Connection { .. })] => assert!(error.is_retryable()),
+            other => panic!("expected a connection error, got {other:?}"),
+        }
     }
 
     async fn deltas_of<S>(bytes: S) -> Vec<ProviderResult<StreamDelta>>

@@ -45,7 +45,8 @@ pub struct ProviderConfig {
     /// Models an extra provider serves (shown by `/providers`; others are still sent on).
     #[serde(default)]
     pub models: Vec<String>,
-    /// Whole-call timeout for non-streaming calls, in seconds.
+    /// Whole-call timeout for non-streaming calls, in seconds; a stream's bound from the call's
+    /// start to its first delta (its response headers included), a retryable timeout.
     pub timeout_secs: Option<u64>,
     /// Connect timeout, in seconds.
     pub connect_timeout_secs: Option<u64>,

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
 use crate::provider::{DeltaStream, Provider, thinking_under_cap};
-use crate::sse::{self, Deltas};
+use crate::sse::{self, Deltas, HeldUntilContent};
 
 /// Google's documented stand-in for a thought signature. Gemini 3 rejects replayed function
 /// calls without one, and canonical tool calls cannot carry the real signature back.
@@ -119,6 +119,7 @@ impl Provider for GeminiProvider {
             &self.key,
             &request.model,
             self.request(&request.model, true, &body),
+            self.timeout,
             |response| deltas(&self.key, response.bytes_stream()),
         )
         .await
@@ -721,10 +722,22 @@ pub(crate) struct StreamState {
     queries: Vec<String>,
     usage: Usage,
     model_reported: bool,
+    /// The model and usage, held until the answer begins.
+    held: HeldUntilContent,
 }
 
 impl StreamState {
+    /// Pushes the deltas `chunk` stands for. Every chunk names the model and usage, and one
+    /// may carry nothing visible (empty text, a thought): those go out with the first text,
+    /// call, citation or finish, so an error or a stall after such a chunk is still a failure
+    /// before the first token.
     pub(crate) fn map(&mut self, chunk: GenerateContentResponse, out: &mut Deltas) {
+        let from = out.len();
+        self.map_chunk(chunk, out);
+        self.held.settle(out, from);
+    }
+
+    fn map_chunk(&mut self, chunk: GenerateContentResponse, out: &mut Deltas) {
         let mut push = |delta| out.push_back(Ok(delta));
         if !self.model_reported
             && let Some(model) = chunk.model_version.filter(|m| !m.is_empty())
@@ -1537,5 +1550,60 @@ mod tests {
         ] {
             assert_eq!(guess_mime_type(url), mime, "{url}");
         }
+    }
+
+    /// A chunk that shows nothing (a thought, empty text) still names the model and usage, but
+    /// yields nothing: a stream is served (no fallback, no first-token timeout) once its first
+    /// delta arrives, so an error or a stall after such a chunk is a failure before the first
+    /// token. The model and usage come with the first text, call or finish, model first.
+    #[tokio::test]
+    async fn nothing_is_yielded_before_the_answer_begins() {
+        let body = |chunks: &[Value]| {
+            let text: String = chunks
+                .iter()
+                .map(|c| format!("data: {c}\r\n\r\n"))
+                .collect();
+            futures::stream::iter([Ok::<_, std::io::Error>(Bytes::from(text))])
+        };
+        let quiet = [
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "hmm", "thought": true}]}}],
+                   "usageMetadata": {"promptTokenCount": 9}, "modelVersion": "gemini-2.5-flash-001"}),
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": ""}]}}],
+                   "usageMetadata": {"promptTokenCount": 9}, "modelVersion": "gemini-2.5-flash-001"}),
+        ];
+        let error =
+            json!({"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}});
+        let items: Vec<_> = deltas("google", body(&[quiet[0].clone(), quiet[1].clone(), error]))
+            .collect()
+            .await;
+        match &items[..] {
+            [Err(error @ ProviderError::Status { status: 503, .. })] => {
+                assert!(error.is_retryable());
+            }
+            other => panic!("expected the error alone, got {other:?}"),
+        }
+
+        let stalled = body(&quiet).chain(futures::stream::pending());
+        let mut stalled = deltas("google", stalled);
+        let first = tokio::time::timeout(Duration::from_millis(50), stalled.next()).await;
+        assert!(first.is_err(), "a chunk without content yielded {first:?}");
+
+        let text = json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hi"}]}}],
+                          "usageMetadata": {"promptTokenCount": 9, "candidatesTokenCount": 1},
+                          "modelVersion": "gemini-2.5-flash-001"});
+        let items: Vec<_> = deltas("google", body(&[quiet[0].clone(), text]))
+            .collect()
+            .await;
+        assert_eq!(
+            items[..3],
+            [
+                Ok(StreamDelta::Model("gemini-2.5-flash-001".into())),
+                Ok(StreamDelta::Usage(Usage {
+                    tokens_in: 9,
+                    ..Usage::default()
+                })),
+                Ok(StreamDelta::Text("Hi".into())),
+            ]
+        );
     }
 }

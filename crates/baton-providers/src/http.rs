@@ -2,7 +2,9 @@
 //! failures into [`ProviderError`]s that keep the provider's message and no credential.
 
 use std::cell::Cell;
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
+use std::task::Poll;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -161,20 +163,69 @@ pub async fn send(
 /// Sends a streaming call and turns its body into deltas with `parse`. The stream must reach
 /// its finish event ([`require_finish`]), and errors inside it are scrubbed of the request's
 /// credentials like a refused call's (a provider's in-stream error event can echo the key too).
+///
+/// `timeout` is the provider's whole-call timeout of synchronous calls. A stream may run
+/// longer than any such bound, so it bounds the wait for the response headers and for the
+/// first delta, from the call's start: a provider that hangs before answering fails with a
+/// retryable timeout (the chain moves on) instead of holding the request until its deadline.
 pub async fn stream(
     provider: &str,
     model: &str,
     request: RequestBuilder,
+    timeout: Option<Duration>,
     parse: impl FnOnce(Response) -> DeltaStream,
 ) -> ProviderResult<DeltaStream> {
-    let (response, secrets) = execute(provider, model, request).await?;
-    let deltas = require_finish(provider, parse(response));
+    let by = timeout.map(|limit| tokio::time::Instant::now() + limit);
+    let (response, secrets) = match by {
+        Some(by) => tokio::time::timeout_at(by, execute(provider, model, request))
+            .await
+            .map_err(|_| ProviderError::Timeout {
+                provider: provider.to_string(),
+                stage: "headers, provider timeout",
+            })??,
+        None => execute(provider, model, request).await?,
+    };
+    let mut deltas = require_finish(provider, parse(response));
+    if let Some(by) = by {
+        deltas = first_by(deltas, by, provider);
+    }
     if secrets.is_empty() {
         return Ok(deltas);
     }
     Ok(Box::pin(deltas.map(move |item| {
         item.map_err(|err| scrubbed(err, &secrets))
     })))
+}
+
+/// Fails `deltas` with a timeout when its first item has not come by `by`; later items are
+/// not timed.
+fn first_by(deltas: DeltaStream, by: tokio::time::Instant, provider: &str) -> DeltaStream {
+    let provider = provider.to_string();
+    // The inner stream is dropped with the timeout, which closes the connection.
+    let mut inner = Some(deltas);
+    let mut timer = Some(Box::pin(tokio::time::sleep_until(by)));
+    Box::pin(futures::stream::poll_fn(move |cx| {
+        let Some(stream) = inner.as_mut() else {
+            return Poll::Ready(None);
+        };
+        if let Poll::Ready(item) = stream.poll_next_unpin(cx) {
+            timer = None;
+            if item.is_none() {
+                inner = None;
+            }
+            return Poll::Ready(item);
+        }
+        if let Some(sleep) = timer.as_mut()
+            && sleep.as_mut().poll(cx).is_ready()
+        {
+            inner = None;
+            return Poll::Ready(Some(Err(ProviderError::Timeout {
+                provider: provider.clone(),
+                stage: "first token, provider timeout",
+            })));
+        }
+        Poll::Pending
+    }))
 }
 
 /// Sends a request; a success comes back with the credentials it carried (to scrub from what
@@ -270,6 +321,12 @@ fn scrubbed(err: ProviderError, secrets: &[String]) -> ProviderError {
             message: scrub(message),
         },
         ProviderError::InvalidResponse { provider, message } => ProviderError::InvalidResponse {
+            provider,
+            message: scrub(message),
+        },
+        // A body broken before the first delta reports the transport's words as a connection
+        // error, where they were an invalid response's.
+        ProviderError::Connection { provider, message } => ProviderError::Connection {
             provider,
             message: scrub(message),
         },
@@ -593,6 +650,110 @@ mod tests {
                 message: "Model Not Exist".into(),
             }
         );
+    }
+
+    fn mock_openai(
+        mock: &baton_testkit::MockProvider,
+        timeout: Option<Duration>,
+    ) -> crate::openai::OpenAiProvider {
+        crate::openai::OpenAiProvider::new(
+            "openai",
+            crate::openai::Flavor::OpenAi,
+            mock.openai_base(),
+            Some("sk-test-key-123".to_string().into()),
+            reqwest::Client::new(),
+            timeout,
+        )
+    }
+
+    fn hello() -> baton_domain::chat::InferenceRequest {
+        baton_domain::chat::InferenceRequest {
+            model: "gpt-4o-mini".into(),
+            messages: vec![baton_domain::chat::Message::text(
+                baton_domain::chat::Role::User,
+                "hi",
+            )],
+            ..Default::default()
+        }
+    }
+
+    /// A stream whose body breaks, or ends, after the role chunk but before any content is
+    /// a retryable failure (the chain moves on), as a refused connection is.
+    #[tokio::test]
+    async fn a_stream_cut_before_its_first_delta_is_retryable() {
+        use crate::provider::Provider;
+        use baton_testkit::{MockProvider, Reply};
+        let mock = MockProvider::start().await.unwrap();
+        let provider = mock_openai(&mock, None);
+        for (what, reply) in [
+            (
+                "broken",
+                Reply::BreakAfterFirstChunk(Box::new(Reply::text(""))),
+            ),
+            ("ended", Reply::TruncatedStream(Box::new(Reply::text("")))),
+        ] {
+            mock.push(reply);
+            let Ok(stream) = provider.infer_stream(&hello()).await else {
+                panic!("{what}: the stream did not open");
+            };
+            let items: Vec<_> = stream.collect().await;
+            match &items[..] {
+                [Err(error @ ProviderError::Connection { .. })] => {
+                    assert!(error.is_retryable(), "{what}");
+                }
+                other => panic!("{what}: expected a connection error alone, got {other:?}"),
+            }
+        }
+    }
+
+    /// The provider's own timeout (synchronous calls' whole-call bound) bounds a stream's wait
+    /// for its headers and for its first delta, as a retryable timeout; a stream that starts in
+    /// time may run longer.
+    #[tokio::test]
+    async fn the_provider_timeout_bounds_a_stream_until_its_first_delta() {
+        use crate::provider::Provider;
+        use baton_testkit::{MockProvider, Reply};
+        use std::time::Instant;
+        let mock = MockProvider::start().await.unwrap();
+        let provider = mock_openai(&mock, Some(Duration::from_millis(500)));
+        let timed_out = |error: &ProviderError| {
+            matches!(error, ProviderError::Timeout { .. }) && error.is_retryable()
+        };
+
+        mock.push(Reply::Delayed(
+            Duration::from_secs(8),
+            Box::new(Reply::text("late headers")),
+        ));
+        let started = Instant::now();
+        match provider.infer_stream(&hello()).await {
+            Err(error) => assert!(timed_out(&error), "{error:?}"),
+            Ok(_) => panic!("headers after 8 s were waited for"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(3));
+
+        // Headers at once, then a byte every 100 ms: the first content is seconds away.
+        mock.set_stream_chunking(8, Duration::from_millis(100));
+        mock.push(Reply::text("a slow first token"));
+        let started = Instant::now();
+        let Ok(mut stream) = provider.infer_stream(&hello()).await else {
+            panic!("the stream did not open");
+        };
+        match stream.next().await {
+            Some(Err(error)) => assert!(timed_out(&error), "{error:?}"),
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert!(started.elapsed() < Duration::from_secs(3));
+
+        // The first content at once, the rest over more than the timeout: not cut.
+        mock.set_stream_chunking(400, Duration::from_millis(300));
+        mock.push(Reply::text("a long answer"));
+        let started = Instant::now();
+        let Ok(stream) = provider.infer_stream(&hello()).await else {
+            panic!("the stream did not open");
+        };
+        let items: Vec<_> = stream.collect().await;
+        assert!(started.elapsed() > Duration::from_millis(500));
+        assert!(items.iter().all(Result::is_ok), "{items:?}");
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::provider::{DeltaStream, Provider};
-use crate::sse::{self, Deltas};
+use crate::sse::{self, Deltas, HeldUntilContent};
 use crate::{http, openai_responses};
 
 /// How this server differs from OpenAI's own API.
@@ -149,6 +149,7 @@ impl Provider for OpenAiProvider {
             &self.key,
             &request.model,
             self.request(&request.model, &body),
+            self.timeout,
             |response| deltas(&self.key, response.bytes_stream()),
         )
         .await
@@ -760,15 +761,27 @@ struct ChunkFunction {
     arguments: Option<String>,
 }
 
-/// Per-stream state: which tool-call indices have been announced, whether the model was.
+/// Per-stream state: which tool-call indices have been announced, whether the model was, and
+/// what is held until the answer begins.
 #[derive(Debug, Default)]
 pub(crate) struct StreamState {
     announced: Vec<u32>,
     model_reported: bool,
+    held: HeldUntilContent,
 }
 
 impl StreamState {
+    /// Pushes the deltas `chunk` stands for. The role chunk that opens a stream names the model
+    /// but says nothing: the model (and any usage before the answer) goes out with the first
+    /// content, tool call or finish, so an error or a stall right after the role chunk is still
+    /// a failure before the first token.
     pub(crate) fn map(&mut self, chunk: ChatChunk<'_>, out: &mut Deltas) {
+        let from = out.len();
+        self.map_chunk(chunk, out);
+        self.held.settle(out, from);
+    }
+
+    fn map_chunk(&mut self, chunk: ChatChunk<'_>, out: &mut Deltas) {
         let mut push = |delta| out.push_back(Ok(delta));
         if !self.model_reported
             && let Some(model) = chunk
@@ -1298,5 +1311,123 @@ mod tests {
                 other => panic!("{error}: expected an error, got {other:?}"),
             }
         }
+    }
+
+    /// An SSE body of `events`' data.
+    fn sse_body(events: &[&str]) -> String {
+        events
+            .iter()
+            .map(|data| format!("data: {data}\n\n"))
+            .collect()
+    }
+
+    fn body_of(body: String) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+        futures::stream::iter([Ok(Bytes::from(body))])
+    }
+
+    const ROLE: &str = r#"{"model": "gpt-4o-mini-2024-07-18", "choices": [{"delta": {"role": "assistant", "content": ""}}]}"#;
+
+    /// A stream is served (no fallback, no first-token timeout) once its first delta arrives:
+    /// the role chunk names the model but says nothing, so it yields nothing, and an error or a
+    /// stall right after it is a failure before the first token. The model (and any usage
+    /// reported before the answer) comes with the first content, tool call or finish, first.
+    #[tokio::test]
+    async fn nothing_is_yielded_before_the_answer_begins() {
+        use futures::StreamExt;
+        let error = r#"{"error": {"message": "overloaded"}}"#;
+        let items: Vec<_> = deltas("openai", body_of(sse_body(&[ROLE, error])))
+            .collect()
+            .await;
+        match &items[..] {
+            [Err(error @ ProviderError::Status { message, .. })] => {
+                assert_eq!(message, "overloaded");
+                assert!(error.is_retryable());
+            }
+            other => panic!("expected the error alone, got {other:?}"),
+        }
+
+        let stalled = body_of(sse_body(&[ROLE])).chain(futures::stream::pending());
+        let mut stalled = deltas("openai", stalled);
+        let first = tokio::time::timeout(Duration::from_millis(50), stalled.next()).await;
+        assert!(first.is_err(), "the role chunk yielded {first:?}");
+
+        let model = || Ok(StreamDelta::Model("gpt-4o-mini-2024-07-18".into()));
+        let usage = r#"{"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 0}}"#;
+        let content =
+            r#"{"model": "gpt-4o-mini-2024-07-18", "choices": [{"delta": {"content": "Hi"}}]}"#;
+        let items: Vec<_> = deltas("openai", body_of(sse_body(&[ROLE, usage, content])))
+            .collect()
+            .await;
+        assert_eq!(
+            items[..3],
+            [
+                model(),
+                Ok(StreamDelta::Usage(Usage {
+                    tokens_in: 9,
+                    ..Usage::default()
+                })),
+                Ok(StreamDelta::Text("Hi".into())),
+            ]
+        );
+
+        let call = r#"{"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "c1", "function": {"name": "f", "arguments": ""}}]}}]}"#;
+        let finish = r#"{"choices": [{"delta": {}, "finish_reason": "stop"}]}"#;
+        for (first, expected) in [
+            (
+                call,
+                StreamDelta::ToolCallStart {
+                    index: 0,
+                    id: "c1".into(),
+                    name: "f".into(),
+                },
+            ),
+            (finish, StreamDelta::Finish(FinishReason::Stop)),
+        ] {
+            let items: Vec<_> = deltas("openai", body_of(sse_body(&[ROLE, first])))
+                .collect()
+                .await;
+            assert_eq!(items[..2], [model(), Ok(expected)]);
+        }
+    }
+
+    /// A connection that breaks before the first delta is retryable (the chain tries the next
+    /// model), as a refused connection is; after it, and for an unreadable chunk, it is not.
+    #[tokio::test]
+    async fn a_connection_broken_before_the_answer_is_retryable() {
+        use futures::StreamExt;
+        let broken = |body: String| {
+            futures::stream::iter([
+                Ok(Bytes::from(body)),
+                Err(std::io::Error::other("connection reset")),
+            ])
+        };
+        for before in [String::new(), sse_body(&[ROLE])] {
+            let items: Vec<_> = deltas("openai", broken(before.clone())).collect().await;
+            match &items[..] {
+                [Err(error @ ProviderError::Connection { message, .. })] => {
+                    assert!(error.is_retryable());
+                    assert!(message.contains("connection reset"), "{message}");
+                }
+                other => panic!("{before:?}: expected a connection error, got {other:?}"),
+            }
+        }
+
+        let content = r#"{"choices": [{"delta": {"content": "Hi"}}]}"#;
+        let items: Vec<_> = deltas("openai", broken(sse_body(&[ROLE, content])))
+            .collect()
+            .await;
+        assert!(matches!(items[1], Ok(StreamDelta::Text(_))), "{items:?}");
+        assert!(
+            matches!(&items[2], Err(error @ ProviderError::InvalidResponse { .. }) if !error.is_retryable()),
+            "{items:?}"
+        );
+
+        let items: Vec<_> = deltas("openai", body_of(sse_body(&[ROLE, "{\"choices\": ["])))
+            .collect()
+            .await;
+        assert!(
+            matches!(&items[..], [Err(error @ ProviderError::InvalidResponse { .. })] if !error.is_retryable()),
+            "{items:?}"
+        );
     }
 }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
 use crate::provider::DeltaStream;
-use crate::sse::{self, Deltas};
+use crate::sse::{self, Deltas, HeldUntilContent};
 
 /// Where and how to call the Responses API; borrowed from the `OpenAiProvider` that delegates.
 pub(crate) struct Endpoint<'a> {
@@ -79,6 +79,7 @@ impl Endpoint<'_> {
             self.provider,
             &request.model,
             self.request(&body),
+            self.timeout,
             |response| deltas(self.provider, response.bytes_stream()),
         )
         .await
@@ -571,6 +572,8 @@ pub(crate) struct StreamState {
     calls: Vec<StreamedCall>,
     searches: u64,
     cited: Vec<String>,
+    /// Usage (a finished web search) held until the answer begins.
+    held: HeldUntilContent,
 }
 
 impl StreamState {
@@ -580,6 +583,7 @@ impl StreamState {
             calls: Vec::new(),
             searches: 0,
             cited: Vec::new(),
+            held: HeldUntilContent::default(),
         }
     }
 
@@ -595,7 +599,13 @@ impl StreamState {
             return;
         }
         match serde_json::from_str::<StreamEvent>(data) {
-            Ok(event) => self.map(event, out),
+            Ok(event) => {
+                // A web search finishing reports usage before any text: that must not commit
+                // the stream to its model (an error after it still falls back).
+                let from = out.len();
+                self.map(event, out);
+                self.held.settle(out, from);
+            }
             Err(err) => out.push_back(Err(ProviderError::InvalidResponse {
                 provider: self.provider.clone(),
                 message: format!("unreadable stream event: {err}"),
@@ -1136,5 +1146,41 @@ mod tests {
             out.make_contiguous(),
             [Err(ProviderError::InvalidResponse { .. })]
         ));
+    }
+
+    /// A finished web search reports usage before any text, which must not commit the stream:
+    /// a failure after it is still one before the first token (the chain falls back), and the
+    /// usage comes with the first text.
+    #[test]
+    fn a_web_search_before_the_answer_commits_nothing() {
+        let searched = json!({"type": "response.output_item.done", "output_index": 0,
+            "item": {"type": "web_search_call", "id": "ws_1", "status": "completed"}});
+        let failed = json!({"type": "response.failed", "response": {"status": "failed",
+            "error": {"code": "server_error", "message": "upstream broke"}}});
+        let text = json!({"type": "response.output_text.delta", "delta": "Found"});
+        let parse = |events: &[&Value]| {
+            let mut state = StreamState::new("openai");
+            let mut out = Deltas::new();
+            for event in events {
+                state.parse(&event.to_string(), &mut out);
+            }
+            out
+        };
+        let mut out = parse(&[&searched, &failed]);
+        assert!(
+            matches!(out.make_contiguous(), [Err(error)] if error.is_retryable()),
+            "{out:?}"
+        );
+        let out = parse(&[&searched, &text]);
+        assert_eq!(
+            out,
+            [
+                Ok(StreamDelta::Usage(Usage {
+                    web_search_calls: 1,
+                    ..Usage::default()
+                })),
+                Ok(StreamDelta::Text("Found".into())),
+            ]
+        );
     }
 }

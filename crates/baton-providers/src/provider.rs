@@ -41,19 +41,23 @@ pub(crate) fn thinking_under_cap(budget: u32, cap: Option<u32>, minimum: u32) ->
 
 /// Ends `deltas` with an error when the upstream closes the body before the stream's finish
 /// event: a clean end part-way through an answer is a failure, not a short answer billed at
-/// whatever usage had arrived (usually none).
+/// whatever usage had arrived (usually none). An end before any delta is a connection failure,
+/// retryable: nothing reached the client, so the chain can still try the next model.
 pub fn require_finish(provider: &str, deltas: DeltaStream) -> DeltaStream {
     struct Watch {
         inner: DeltaStream,
         provider: String,
         /// A finish event or an error was seen: the end of the body is expected.
         settled: bool,
+        /// A delta went out: the stream is committed to its model.
+        yielded: bool,
         done: bool,
     }
     let watch = Watch {
         inner: deltas,
         provider: provider.to_string(),
         settled: false,
+        yielded: false,
         done: false,
     };
     Box::pin(futures::stream::unfold(watch, |mut watch| async move {
@@ -65,14 +69,23 @@ pub fn require_finish(provider: &str, deltas: DeltaStream) -> DeltaStream {
                 if matches!(item, Ok(StreamDelta::Finish(_)) | Err(_)) {
                     watch.settled = true;
                 }
+                watch.yielded |= item.is_ok();
                 Some((item, watch))
             }
             None if watch.settled => None,
             None => {
                 watch.done = true;
-                let error = ProviderError::InvalidResponse {
-                    provider: std::mem::take(&mut watch.provider),
-                    message: "the stream ended before its final event".into(),
+                let provider = std::mem::take(&mut watch.provider);
+                let error = if watch.yielded {
+                    ProviderError::InvalidResponse {
+                        provider,
+                        message: "the stream ended before its final event".into(),
+                    }
+                } else {
+                    ProviderError::Connection {
+                        provider,
+                        message: "the response ended before the answer began".into(),
+                    }
                 };
                 Some((Err(error), watch))
             }
@@ -124,5 +137,19 @@ mod tests {
         };
         let out = collect(vec![Ok(StreamDelta::Text("a".into())), Err(error)]).await;
         assert_eq!(out.len(), 2);
+    }
+
+    /// A body that ends cleanly before any delta broke off before the answer began: retryable,
+    /// so the chain tries the next model (nothing reached the client).
+    #[tokio::test]
+    async fn a_stream_that_ends_before_any_delta_is_retryable() {
+        let out = collect(Vec::new()).await;
+        match &out[..] {
+            [Err(error @ ProviderError::Connection { provider, .. })] => {
+                assert_eq!(provider, "p");
+                assert!(error.is_retryable());
+            }
+            other => panic!("expected a connection error, got {other:?}"),
+        }
     }
 }

@@ -8,9 +8,10 @@ use std::task::{Poll, ready};
 
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
+use sseer::errors::EventStreamError;
 use sseer::{EventStream, event::Event};
 
-use baton_domain::chat::StreamDelta;
+use baton_domain::chat::{StreamDelta, Usage};
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::provider::DeltaStream;
@@ -29,21 +30,68 @@ where
     E: std::fmt::Display + Send + 'static,
 {
     let provider = provider.to_string();
+    raw_events(bytes, max_event_bytes).map(move |item| item.map_err(|e| unreadable(&provider, &e)))
+}
+
+/// Why the body could not be read as events: the transport failed, or an event grew too large.
+#[derive(Debug)]
+enum BodyError {
+    Broken(String),
+    TooLarge(usize),
+}
+
+impl std::fmt::Display for BodyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BodyError::Broken(message) => f.write_str(message),
+            BodyError::TooLarge(max) => write!(f, "an event exceeded {max} bytes"),
+        }
+    }
+}
+
+type ReadError = EventStreamError<BodyError>;
+
+/// [`events`] with the reason a read failed kept, so a broken transport can be told from
+/// a body that cannot be read.
+fn raw_events<S, E>(
+    bytes: S,
+    max_event_bytes: usize,
+) -> impl Stream<Item = Result<Event, ReadError>> + Send + 'static
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::fmt::Display + Send + 'static,
+{
     let mut event_bytes = SinceBoundary::default();
-    let over_limit = provider.clone();
     let bounded = bytes.map(move |chunk| {
-        let chunk = chunk.map_err(|e| e.to_string())?;
+        let chunk = chunk.map_err(|e| BodyError::Broken(e.to_string()))?;
         if event_bytes.feed(&chunk) > max_event_bytes {
-            return Err(format!("an event exceeded {max_event_bytes} bytes"));
+            return Err(BodyError::TooLarge(max_event_bytes));
         }
         Ok(chunk)
     });
-    EventStream::new(bounded).map(move |item| {
-        item.map_err(|e| ProviderError::InvalidResponse {
-            provider: over_limit.clone(),
-            message: format!("broken event stream: {e}"),
-        })
-    })
+    EventStream::new(bounded)
+}
+
+fn unreadable(provider: &str, err: &ReadError) -> ProviderError {
+    ProviderError::InvalidResponse {
+        provider: provider.to_string(),
+        message: format!("broken event stream: {err}"),
+    }
+}
+
+/// A read failure as the stream reports it. A connection that breaks before the stream
+/// yielded anything is retryable, as a refused one is: nothing reached the client, so the
+/// chain can still try the next model. Later, or for a body that cannot be read, it is not.
+fn read_error(provider: &str, err: &ReadError, yielded: bool) -> ProviderError {
+    match err {
+        EventStreamError::Transport(BodyError::Broken(message)) if !yielded => {
+            ProviderError::Connection {
+                provider: provider.to_string(),
+                message: format!("the response broke off before the answer began: {message}"),
+            }
+        }
+        _ => unreadable(provider, err),
+    }
 }
 
 /// How many bytes (other than `\r`) have arrived since the last blank line, the end of an
@@ -95,6 +143,56 @@ impl SinceBoundary {
 /// whole stream (a `Vec` returned for each event, flattened, was two allocations a chunk).
 pub type Deltas = VecDeque<ProviderResult<StreamDelta>>;
 
+/// What a stream reports before its answer begins (the model it serves, usage so far), held
+/// back and sent just before its first other delta, model first. A stream is committed to its
+/// model at its first delta (`routing::execute`): one that only names the model must not
+/// commit it, or an error event or a stall right after it would reach the client instead of
+/// the next model or the first-token timeout.
+#[derive(Debug, Default)]
+pub(crate) struct HeldUntilContent {
+    started: bool,
+    model: Option<String>,
+    usage: Option<Usage>,
+}
+
+impl HeldUntilContent {
+    /// Settles the deltas one event pushed into `out` from `from` on: before the answer
+    /// begins, models and usage are taken out and held; at its first other delta they go back
+    /// in front of it. An error before it ends the stream, so what was held is dropped.
+    pub(crate) fn settle(&mut self, out: &mut Deltas, from: usize) {
+        if self.started {
+            return;
+        }
+        // Held deltas are removed, so the next one to look at is always at `at`.
+        let at = from;
+        while at < out.len() {
+            match &out[at] {
+                Ok(StreamDelta::Model(_) | StreamDelta::Usage(_)) => match out.remove(at) {
+                    Some(Ok(StreamDelta::Model(model))) => {
+                        self.model.get_or_insert(model);
+                    }
+                    Some(Ok(StreamDelta::Usage(usage))) => {
+                        // Folded as the accumulator folds a run of usage deltas.
+                        self.usage.get_or_insert_with(Usage::default).merge(usage);
+                    }
+                    _ => {}
+                },
+                Ok(_) => {
+                    self.started = true;
+                    if let Some(usage) = self.usage.take() {
+                        out.insert(at, Ok(StreamDelta::Usage(usage)));
+                    }
+                    if let Some(model) = self.model.take() {
+                        out.insert(at, Ok(StreamDelta::Model(model)));
+                    }
+                    return;
+                }
+                Err(_) => return,
+            }
+        }
+    }
+}
+
 /// The skeleton every SSE wire format shares: `bytes` parsed as events (bounded by
 /// [`MAX_EVENT_BYTES`]), events without data skipped, and each event's data handed to the
 /// format's `map`, which pushes the deltas (or the error) it stands for, keeping whatever state
@@ -105,16 +203,22 @@ where
     E: std::fmt::Display + Send + 'static,
     F: FnMut(&str, &mut Deltas) + Send + 'static,
 {
-    let mut events = Box::pin(events(provider, bytes, MAX_EVENT_BYTES));
+    let provider = provider.to_string();
+    let mut events = Box::pin(raw_events(bytes, MAX_EVENT_BYTES));
     let mut pending = Deltas::new();
+    // Whether a delta went out: the stream is committed to its model from then on.
+    let mut yielded = false;
     Box::pin(futures::stream::poll_fn(move |cx| {
         loop {
             if let Some(item) = pending.pop_front() {
+                yielded |= item.is_ok();
                 return Poll::Ready(Some(item));
             }
             match ready!(events.as_mut().poll_next(cx)) {
                 None => return Poll::Ready(None),
-                Some(Err(err)) => return Poll::Ready(Some(Err(err))),
+                Some(Err(err)) => {
+                    return Poll::Ready(Some(Err(read_error(&provider, &err, yielded))));
+                }
                 Some(Ok(event)) if event.data.trim().is_empty() => {}
                 Some(Ok(event)) => map(&event.data, &mut pending),
             }

@@ -19,7 +19,8 @@ use crate::{DeltaStream, Provider, ProviderError};
 pub struct AttemptTimeouts {
     /// Until the provider's response headers (streams).
     pub connect: Option<Duration>,
-    /// Until the first delta (streams).
+    /// From the attempt's start until the first delta, the wait for the headers included
+    /// (streams).
     pub first_token: Option<Duration>,
     /// The whole attempt: the answer (synchronous calls) or the last delta (streams).
     pub total: Option<Duration>,
@@ -360,16 +361,27 @@ async fn attempt(
             Ok((Answer::Response(response), started.elapsed()))
         }
         Mode::Stream => {
-            let attempt_deadline = timeouts.total.map(|t| started + t);
-            let until = |own: Option<Duration>| {
-                let bound = attempt_deadline.map_or(deadline, |d| d.min(deadline));
-                limit(own, bound)
+            let attempt_deadline = timeouts.total.and_then(|t| started.checked_add(t));
+            let bound = attempt_deadline.map_or(deadline, |d| d.min(deadline));
+            // Each limit counts from the attempt's start, so `first_token` also bounds the wait
+            // for the headers: a provider slow to answer at all is as slow as one slow to write.
+            let by = |own: Option<Duration>| {
+                own.map_or(bound, |own| {
+                    started.checked_add(own).map_or(bound, |at| at.min(bound))
+                })
+            };
+            let first_by = by(timeouts.first_token);
+            let connect_by = by(timeouts.connect);
+            let (headers_by, headers_stage) = if first_by < connect_by {
+                (first_by, "first token")
+            } else {
+                (connect_by, "connect")
             };
             let mut stream =
-                tokio::time::timeout(until(timeouts.connect), provider.infer_stream(request))
+                tokio::time::timeout_at(headers_by.into(), provider.infer_stream(request))
                     .await
-                    .map_err(|_| timeout("connect"))??;
-            let first = tokio::time::timeout(until(timeouts.first_token), stream.next())
+                    .map_err(|_| timeout(headers_stage))??;
+            let first = tokio::time::timeout_at(first_by.into(), stream.next())
                 .await
                 .map_err(|_| timeout("first token"))?
                 .transpose()?;
@@ -403,4 +415,186 @@ fn bounded(stream: DeltaStream, end: Instant, provider: String) -> DeltaStream {
             }
         },
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use async_trait::async_trait;
+    use baton_domain::chat::FinishReason;
+    use baton_domain::routing::Strategy;
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::routing::{BreakerConfig, RouterConfig};
+    use crate::{Catalogue, ProviderResult, ProvidersConfig, Registry};
+
+    /// A provider whose stream's headers come after `headers`, its body from `body`.
+    struct Scripted {
+        key: &'static str,
+        headers: Duration,
+        body: fn() -> DeltaStream,
+    }
+
+    #[async_trait]
+    impl Provider for Scripted {
+        fn key(&self) -> &str {
+            self.key
+        }
+
+        async fn infer(&self, _: &InferenceRequest) -> ProviderResult<InferenceResponse> {
+            Err(ProviderError::NotConfigured(self.key.into()))
+        }
+
+        async fn infer_stream(&self, _: &InferenceRequest) -> ProviderResult<DeltaStream> {
+            tokio::time::sleep(self.headers).await;
+            Ok((self.body)())
+        }
+    }
+
+    fn answer() -> DeltaStream {
+        Box::pin(futures::stream::iter([
+            Ok(StreamDelta::Text("hi".into())),
+            Ok(StreamDelta::Finish(FinishReason::Stop)),
+        ]))
+    }
+
+    /// The first delta 200 ms after the headers.
+    fn slow_answer() -> DeltaStream {
+        Box::pin(
+            futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(StreamDelta::Text("late".into()))
+            })
+            .chain(answer()),
+        )
+    }
+
+    /// An OpenAI body: the role chunk, then `rest`.
+    fn after_role(rest: Option<std::io::Error>) -> DeltaStream {
+        let role = r#"data: {"model": "m-2025", "choices": [{"delta": {"role": "assistant", "content": ""}}]}"#;
+        let bytes = futures::stream::iter(
+            [Ok(Bytes::from(format!("{role}\n\n")))]
+                .into_iter()
+                .chain(rest.map(Err)),
+        );
+        crate::provider::require_finish("primary", crate::openai::deltas("primary", bytes))
+    }
+
+    async fn stream_through(
+        primary: Scripted,
+        timeouts: AttemptTimeouts,
+    ) -> Result<Served<StreamStart>, ChainFailure> {
+        let mut registry = Registry::from_config(
+            &ProvidersConfig::new(),
+            Arc::new(Catalogue::shipped().expect("the shipped catalogue")),
+        )
+        .expect("an empty configuration");
+        registry.insert(Arc::new(primary));
+        registry.insert(Arc::new(Scripted {
+            key: "backup",
+            headers: Duration::ZERO,
+            body: answer,
+        }));
+        let router = Router::new(
+            Arc::new(registry),
+            RouterConfig {
+                breaker: BreakerConfig {
+                    threshold: 5,
+                    cooldown: Duration::from_secs(30),
+                },
+            },
+        );
+        let model = |provider: &str| ChainModel {
+            provider: provider.into(),
+            model: "m".into(),
+        };
+        let chain = Chain {
+            requested: "alias".into(),
+            models: vec![model("primary"), model("backup")],
+            strategy: Strategy::Sequential,
+            weights: None,
+            alias: Some("alias".into()),
+            routed: 2,
+        };
+        router
+            .infer_stream(
+                "tenant",
+                &chain,
+                &mut InferenceRequest::default(),
+                timeouts,
+                Instant::now() + Duration::from_secs(60),
+            )
+            .await
+    }
+
+    /// `first_token` counts from the attempt's start: a provider that holds its headers past it
+    /// is timed out and the chain falls back, as is one whose headers come in time but whose
+    /// first delta does not.
+    #[tokio::test]
+    async fn first_token_bounds_the_wait_for_the_headers_too() {
+        let timeouts = AttemptTimeouts {
+            first_token: Some(Duration::from_millis(300)),
+            ..AttemptTimeouts::default()
+        };
+        for (what, headers, body) in [
+            (
+                "late headers",
+                Duration::from_secs(8),
+                answer as fn() -> DeltaStream,
+            ),
+            (
+                "headers, then a late delta",
+                Duration::from_millis(200),
+                slow_answer,
+            ),
+        ] {
+            let started = Instant::now();
+            let served = stream_through(
+                Scripted {
+                    key: "primary",
+                    headers,
+                    body,
+                },
+                timeouts,
+            )
+            .await
+            .unwrap_or_else(|failure| panic!("{what}: {:?}", failure.error));
+            assert_eq!(served.model.provider, "backup", "{what}");
+            assert!(served.fallback_used, "{what}");
+            assert_eq!(served.attempts[0].outcome, "timeout", "{what}");
+            assert!(started.elapsed() < Duration::from_secs(2), "{what}");
+        }
+    }
+
+    /// A body that breaks, or ends, after the role chunk and before any content falls back:
+    /// the client has seen nothing yet.
+    #[tokio::test]
+    async fn a_stream_cut_before_its_first_delta_falls_back() {
+        for (what, body) in [
+            (
+                "broken",
+                (|| after_role(Some(std::io::Error::other("connection reset"))))
+                    as fn() -> DeltaStream,
+            ),
+            ("ended", || after_role(None)),
+        ] {
+            let served = stream_through(
+                Scripted {
+                    key: "primary",
+                    headers: Duration::ZERO,
+                    body,
+                },
+                AttemptTimeouts::default(),
+            )
+            .await
+            .unwrap_or_else(|failure| panic!("{what}: {:?}", failure.error));
+            assert_eq!(served.model.provider, "backup", "{what}");
+            assert_eq!(served.attempts[0].outcome, "connection_error", "{what}");
+            assert_eq!(
+                served.value.first,
+                Some(StreamDelta::Text("hi".into())),
+                "{what}"
+            );
+        }
+    }
 }
