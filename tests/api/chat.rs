@@ -1755,7 +1755,9 @@ async fn reasoning_effort_one_call_a_turn_and_penalties_reach_the_providers() {
     let key = app.default_tenant.api_key.clone();
     let tools = json!([{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}]);
     let extra = json!({"reasoning_effort": "high", "parallel_tool_calls": false,
-                       "frequency_penalty": 0.5, "tools": tools});
+                       "frequency_penalty": 0.5, "tools": tools, "service_tier": "flex",
+                       "prompt_cache_key": "pck-1", "metadata": {"team": "search"},
+                       "logit_bias": {"42": 1}});
     mock.push(Reply::text("ok"));
     let response = app
         .post(
@@ -1769,6 +1771,11 @@ async fn reasoning_effort_one_call_a_turn_and_penalties_reach_the_providers() {
     assert_eq!(sent["reasoning_effort"], "high");
     assert_eq!(sent["parallel_tool_calls"], false);
     assert_eq!(sent["frequency_penalty"], 0.5);
+    // OpenAI's own options go to OpenAI as sent; fields Baton ignores do not.
+    assert_eq!(sent["service_tier"], "flex");
+    assert_eq!(sent["prompt_cache_key"], "pck-1");
+    assert_eq!(sent["metadata"], json!({"team": "search"}));
+    assert!(sent.get("logit_bias").is_none(), "{sent}");
 
     mock.push(Reply::text("ok"));
     let response = app
@@ -1786,4 +1793,5 @@ async fn reasoning_effort_one_call_a_turn_and_penalties_reach_the_providers() {
         sent.get("frequency_penalty").is_none(),
         "Anthropic has none"
     );
+    assert!(sent.get("service_tier").is_none(), "{sent}");
 }

@@ -246,6 +246,11 @@ pub struct InferenceRequest {
     /// Ask the provider to report usage on streams.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub stream_usage: bool,
+    /// OpenAI Chat Completions fields with no canonical form (`service_tier`, `store`,
+    /// `metadata`, `prompt_cache_key`, ...), as the client sent them: passed on to OpenAI and
+    /// Azure OpenAI only, whose API they belong to.
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    pub openai_options: serde_json::Map<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

@@ -845,6 +845,7 @@ mod tests {
 
     fn request() -> InferenceRequest {
         InferenceRequest {
+            openai_options: Default::default(),
             model: "gemini-2.5-flash".into(),
             messages: vec![
                 Message::text(Role::System, "be brief"),

@@ -14,8 +14,8 @@ use futures::Stream;
 use secrecy::{ExposeSecret, SecretString};
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::provider::{DeltaStream, Provider};
@@ -240,6 +240,10 @@ pub(crate) struct ChatRequest<'a> {
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+    /// The client's OpenAI-only fields (OpenAI and Azure; other compatible servers may refuse
+    /// fields they do not know).
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    openai_options: Option<&'a Map<String, Value>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -453,6 +457,8 @@ pub(crate) fn to_wire<'a>(
         stream_options: (stream && *flavor != Flavor::Mistral).then_some(StreamOptions {
             include_usage: true,
         }),
+        openai_options: (modern && !request.openai_options.is_empty())
+            .then_some(&request.openai_options),
     }
 }
 
@@ -986,6 +992,30 @@ mod tests {
         req.tool_choice = None;
         let wire = serde_json::to_value(to_wire(&req, &Flavor::OpenAi, false)).unwrap();
         assert!(wire.get("parallel_tool_calls").is_none(), "{wire}");
+    }
+
+    #[test]
+    fn openai_options_go_to_openai_and_azure_only() {
+        let mut req = request();
+        req.openai_options = json!({"service_tier": "flex", "prompt_cache_key": "k1",
+                                    "metadata": {"team": "search"}})
+        .as_object()
+        .cloned()
+        .unwrap();
+        let azure = Flavor::Azure {
+            api_version: AZURE_DEFAULT_API_VERSION.into(),
+        };
+        for flavor in [Flavor::OpenAi, azure] {
+            let wire = serde_json::to_value(to_wire(&req, &flavor, true)).unwrap();
+            assert_eq!(wire["service_tier"], "flex", "{flavor:?}");
+            assert_eq!(wire["prompt_cache_key"], "k1");
+            assert_eq!(wire["metadata"]["team"], "search");
+            assert_eq!(wire["stream"], true, "the named fields are kept");
+        }
+        for flavor in [Flavor::Mistral, Flavor::DeepSeek, Flavor::Compatible] {
+            let wire = serde_json::to_value(to_wire(&req, &flavor, false)).unwrap();
+            assert!(wire.get("service_tier").is_none(), "{flavor:?}: {wire}");
+        }
     }
 
     #[test]

@@ -12,8 +12,24 @@ use crate::gateway::RequestTimeouts;
 const MAX_MESSAGES: usize = 10_000;
 const MAX_TOOLS: usize = 256;
 
+/// OpenAI Chat Completions fields with no canonical form, passed on as sent to OpenAI and Azure
+/// OpenAI (their API's own; other providers would not know them).
+const OPENAI_OPTIONS: &[&str] = &[
+    "service_tier",
+    "store",
+    "metadata",
+    "prompt_cache_key",
+    "safety_identifier",
+    "verbosity",
+    "prediction",
+    "web_search_options",
+    "modalities",
+    "audio",
+];
+
 /// A chat completion request. Fields Baton does not use (`logprobs`, `logit_bias`, ...) are
-/// accepted and ignored, as OpenAI SDKs send them freely.
+/// accepted and ignored, as OpenAI SDKs send them freely; OpenAI's own options
+/// ([`OPENAI_OPTIONS`]) go to OpenAI and Azure as they came.
 #[derive(Debug, Deserialize, ToSchema)]
 pub struct ChatCompletionRequest {
     /// `<provider>/<model-name>` or a routing alias.
@@ -255,6 +271,12 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
             ));
         }
     };
+    let mut ignored = request.ignored;
+    let openai_options = OPENAI_OPTIONS
+        .iter()
+        .filter_map(|name| ignored.remove_entry(*name))
+        .filter(|(_, value)| !value.is_null())
+        .collect();
     Ok(ParsedChat {
         model: request.model.trim().to_string(),
         inference: InferenceRequest {
@@ -275,6 +297,7 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
             thinking_budget,
             vendor_tools,
             stream_usage: include_usage,
+            openai_options,
         },
         stream: request.stream.unwrap_or(false),
         stream_options,
