@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
-use crate::provider::{DeltaStream, Provider, thinking_under_cap};
+use crate::provider::{DeltaStream, Provider, ToolBlock, thinking_under_cap};
 use crate::sse::{self, Deltas};
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -643,26 +643,6 @@ struct WireError {
     message: String,
 }
 
-/// A tool_use content block of a stream.
-#[derive(Debug)]
-struct ToolBlock {
-    /// The tool call's ordinal; `None` for the structured-output tool.
-    ordinal: Option<u32>,
-    /// Some of its input arrived.
-    has_input: bool,
-}
-
-impl ToolBlock {
-    /// A piece of its input: the call's arguments, or the answer's text for the
-    /// structured-output tool.
-    fn input(&self, fragment: String) -> StreamDelta {
-        match self.ordinal {
-            Some(index) => StreamDelta::ToolCallArguments { index, fragment },
-            None => StreamDelta::Text(fragment),
-        }
-    }
-}
-
 #[derive(Debug, Default)]
 struct StreamState {
     structured: bool,
@@ -716,40 +696,25 @@ impl StreamState {
                 content_block: StartBlock::ToolUse { id, name },
             } => {
                 if self.structured && name == STRUCTURED_TOOL {
-                    self.tool_blocks.insert(
-                        index,
-                        ToolBlock {
-                            ordinal: None,
-                            has_input: false,
-                        },
-                    );
+                    self.tool_blocks.insert(index, ToolBlock::new(None));
                     self.structured_answer = true;
                     self.held_text.clear();
                     return;
                 }
                 let ordinal = self.next_tool;
                 self.next_tool += 1;
-                self.tool_blocks.insert(
-                    index,
-                    ToolBlock {
-                        ordinal: Some(ordinal),
-                        has_input: false,
-                    },
-                );
+                self.tool_blocks
+                    .insert(index, ToolBlock::new(Some(ordinal)));
                 push(StreamDelta::ToolCallStart {
                     index: ordinal,
                     id,
                     name,
                 });
             }
-            // A call without arguments streams no input_json_delta; its arguments are `{}`, as
-            // a complete answer's are (clients parse them as JSON).
+            // A call without arguments streams no input_json_delta.
             StreamEvent::ContentBlockStop { index } => {
-                if let Some(block) = self.tool_blocks.get_mut(&index)
-                    && !block.has_input
-                {
-                    block.has_input = true;
-                    push(block.input("{}".into()));
+                if let Some(delta) = self.tool_blocks.get_mut(&index).and_then(ToolBlock::close) {
+                    push(delta);
                 }
             }
             StreamEvent::ContentBlockDelta { index, delta } => match delta {
@@ -761,7 +726,6 @@ impl StreamState {
                 BlockDelta::TextDelta { text } => push(StreamDelta::Text(text)),
                 BlockDelta::InputJsonDelta { partial_json } => {
                     if let Some(block) = self.tool_blocks.get_mut(&index) {
-                        block.has_input |= !partial_json.is_empty();
                         push(block.input(partial_json));
                     }
                 }

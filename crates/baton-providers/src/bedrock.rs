@@ -32,7 +32,7 @@ use crate::anthropic::{catalogue_max_tokens, claude_thinking_budget};
 use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
-use crate::provider::{DeltaStream, Provider};
+use crate::provider::{DeltaStream, Provider, ToolBlock};
 
 /// The SigV4 signing name of the Bedrock runtime.
 pub const SERVICE: &str = "bedrock";
@@ -901,26 +901,6 @@ fn exception_status(kind: &str) -> u16 {
     }
 }
 
-/// A toolUse content block of a stream.
-#[derive(Debug)]
-struct ToolBlock {
-    /// The tool call's ordinal; `None` for the structured-output tool.
-    ordinal: Option<u32>,
-    /// Some of its input arrived.
-    has_input: bool,
-}
-
-impl ToolBlock {
-    /// A piece of its input: the call's arguments, or the answer's text for the
-    /// structured-output tool.
-    fn input(&self, fragment: String) -> StreamDelta {
-        match self.ordinal {
-            Some(index) => StreamDelta::ToolCallArguments { index, fragment },
-            None => StreamDelta::Text(fragment),
-        }
-    }
-}
-
 /// Per-stream state: which content blocks are tool calls, and their ordinals.
 #[derive(Debug)]
 pub(crate) struct StreamState {
@@ -1000,26 +980,16 @@ impl StreamState {
                     return Ok(Vec::new());
                 };
                 if self.structured && tool.name == STRUCTURED_TOOL {
-                    self.tool_blocks.insert(
-                        start.content_block_index,
-                        ToolBlock {
-                            ordinal: None,
-                            has_input: false,
-                        },
-                    );
+                    self.tool_blocks
+                        .insert(start.content_block_index, ToolBlock::new(None));
                     self.structured_answer = true;
                     self.held_text.clear();
                     return Ok(Vec::new());
                 }
                 let ordinal = self.next_tool;
                 self.next_tool += 1;
-                self.tool_blocks.insert(
-                    start.content_block_index,
-                    ToolBlock {
-                        ordinal: Some(ordinal),
-                        has_input: false,
-                    },
-                );
+                self.tool_blocks
+                    .insert(start.content_block_index, ToolBlock::new(Some(ordinal)));
                 vec![StreamDelta::ToolCallStart {
                     index: ordinal,
                     id: tool.tool_use_id,
@@ -1039,22 +1009,15 @@ impl StreamState {
                 if let Some(tool) = delta.delta.tool_use.filter(|t| !t.input.is_empty())
                     && let Some(block) = self.tool_blocks.get_mut(&delta.content_block_index)
                 {
-                    block.has_input = true;
                     out.push(block.input(tool.input));
                 }
                 out
             }
-            // A call without arguments streams its input as "" (or not at all); its arguments
-            // are `{}`, as a complete answer's are (clients parse them as JSON).
+            // A call without arguments streams its input as "" (or not at all).
             "contentBlockStop" => {
                 let stop: BlockStop = self.payload(message, event)?;
-                match self.tool_blocks.get_mut(&stop.content_block_index) {
-                    Some(block) if !block.has_input => {
-                        block.has_input = true;
-                        vec![block.input("{}".into())]
-                    }
-                    _ => Vec::new(),
-                }
+                let block = self.tool_blocks.get_mut(&stop.content_block_index);
+                block.and_then(ToolBlock::close).into_iter().collect()
             }
             "messageStop" => {
                 let stop: MessageStop = self.payload(message, event)?;

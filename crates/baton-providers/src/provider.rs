@@ -26,6 +26,41 @@ pub trait Provider: Send + Sync + 'static {
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream>;
 }
 
+/// A tool-use content block of a stream (Anthropic's and Bedrock's, which stream a call's
+/// input in pieces after its start).
+#[derive(Debug)]
+pub(crate) struct ToolBlock {
+    /// The tool call's ordinal; `None` for the structured-output tool.
+    ordinal: Option<u32>,
+    /// Some of its input arrived.
+    has_input: bool,
+}
+
+impl ToolBlock {
+    pub(crate) fn new(ordinal: Option<u32>) -> ToolBlock {
+        ToolBlock {
+            ordinal,
+            has_input: false,
+        }
+    }
+
+    /// A piece of its input: the call's arguments, or the answer's text for the
+    /// structured-output tool.
+    pub(crate) fn input(&mut self, fragment: String) -> StreamDelta {
+        self.has_input |= !fragment.is_empty();
+        match self.ordinal {
+            Some(index) => StreamDelta::ToolCallArguments { index, fragment },
+            None => StreamDelta::Text(fragment),
+        }
+    }
+
+    /// The block's end: a call that streamed no input has the arguments `{}`, as a complete
+    /// answer's have (clients parse them as JSON).
+    pub(crate) fn close(&mut self) -> Option<StreamDelta> {
+        (!self.has_input).then(|| self.input("{}".into()))
+    }
+}
+
 /// The thinking budget to send where a provider counts thinking inside the answer's token cap
 /// (Anthropic, Bedrock's Claude, Gemini): the caller's `max_tokens` is never raised, so a budget
 /// that does not fit shrinks to leave the answer one token, and thinking is off when the cap
