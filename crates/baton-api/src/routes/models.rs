@@ -96,7 +96,7 @@ pub async fn list_models(
 /// sends the id's `/` percent-encoded (`openai%2Fgpt-4o-mini`); the unencoded form is served by
 /// [`retrieve_provider_model`].
 #[utoipa::path(get, path = "/api/v1/models/{model}", tag = "models",
-    params(("model" = String, Path, description = "`<provider>/<model>`, its `/` percent-encoded")),
+    params(("model" = String, Path, pattern = "^[a-z0-9-]+%2F[A-Za-z0-9._:-]+$", description = "`<provider>/<model>`, its `/` percent-encoded")),
     responses(
         (status = 200, description = "The model", body = CompatibleModel),
         (status = 401, description = "Not authenticated", body = ErrorResponse),
