@@ -1161,10 +1161,36 @@ async fn structured_output_is_validated_retried_once_then_refused() {
         )
         .await;
     assert_eq!(retried.status, 200, "{}", retried.text);
-    let run = wait_for_run(&app, retried.headers["x-request-id"].to_str().unwrap()).await;
+    let id = retried.headers["x-request-id"].to_str().unwrap();
+    let (run, events) = run_and_events(&app, &key, id).await;
     assert_eq!(run.inference_count, 2);
     assert_eq!((run.usage.tokens_in, run.usage.tokens_out), (2468, 1134));
     assert_eq!(run.raw_cost_credits, 1050);
+    let completed = events
+        .iter()
+        .find(|e| e["type"] == "requestCompleted")
+        .expect("requestCompleted");
+    assert_eq!(completed["data"]["totalCreditsUsed"], 1050, "{completed}");
+    assert_eq!(completed["data"]["totalInferenceCount"], 2, "{completed}");
+    // The same through /inference, whose answer states its cost.
+    mock.push(Reply::text(r#"{"age": "old"}"#).with_usage(1234, 567));
+    mock.push(Reply::text(r#"{"age": 42}"#).with_usage(1234, 567));
+    let inferred = app
+        .post(
+            "/api/v1/inference",
+            &key,
+            json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
+                   "response_schema": {"type": "object", "properties": {"age": {"type": "integer"}},
+                                       "required": ["age"]}}),
+        )
+        .await;
+    assert_eq!(inferred.status, 200, "{}", inferred.text);
+    assert_eq!(
+        inferred.json()["usage"]["cost_credits"],
+        1050,
+        "{}",
+        inferred.text
+    );
 
     // Streams are checked once complete: no retry (the text is with the client), an error chunk.
     let mut streamed = chat("openai/gpt-4o-mini", format.clone());

@@ -111,6 +111,9 @@ async fn operations_without_a_body_refuse_one_and_write_nothing() {
     send(with_body("application/json", "{garbage"))
         .await
         .error(400, "INVALID_JSON");
+    send(with_body("application/json", " []"))
+        .await
+        .error(400, "VALIDATION_ERROR");
     send(with_body("text/plain", "garbage"))
         .await
         .error(400, "INVALID_CONTENT_TYPE");

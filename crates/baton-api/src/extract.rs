@@ -94,6 +94,14 @@ where
                 param: None,
             });
         }
+        // serde reads a field-less struct from `[]` too: only an object (or null) is "none".
+        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+            return Err(ApiError::Invalid {
+                code: "VALIDATION_ERROR",
+                message: "this operation takes no body; send none, {} or null".into(),
+                param: None,
+            });
+        }
         parse_json::<Option<NoFields>>(&bytes).map(|_| NoBody)
     }
 }

@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
-use crate::provider::{DeltaStream, Provider, ToolBlock, thinking_under_cap};
+use crate::provider::{DeltaStream, Provider, ToolBlock, system_only_as_user, thinking_under_cap};
 use crate::sse::{self, Deltas};
 
 pub const API_VERSION: &str = "2023-06-01";
@@ -277,6 +277,8 @@ pub(crate) fn to_wire(
     stream: bool,
     default_max_tokens: u32,
 ) -> MessagesRequest {
+    let as_user = system_only_as_user(request);
+    let request = as_user.as_ref().unwrap_or(request);
     let mut system = Vec::new();
     let mut messages: Vec<WireMessage> = Vec::new();
     for message in &request.messages {

@@ -32,7 +32,7 @@ use crate::anthropic::{catalogue_max_tokens, claude_thinking_budget};
 use crate::catalogue::Catalogue;
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
-use crate::provider::{DeltaStream, Provider, ToolBlock};
+use crate::provider::{DeltaStream, Provider, ToolBlock, system_only_as_user};
 
 /// The SigV4 signing name of the Bedrock runtime.
 pub const SERVICE: &str = "bedrock";
@@ -424,6 +424,8 @@ pub(crate) fn to_wire(
     request: &InferenceRequest,
     default_max_tokens: u32,
 ) -> ProviderResult<ConverseRequest> {
+    let as_user = system_only_as_user(request);
+    let request = as_user.as_ref().unwrap_or(request);
     if let Some(tool) = request.vendor_tools.first() {
         return Err(unsupported(
             provider,

@@ -315,6 +315,8 @@ fn function_response(message: &Message, earlier: &[Message]) -> Result<Value, St
 
 /// Maps the canonical request; the error names what Gemini cannot be sent.
 pub(crate) fn to_wire(request: &InferenceRequest) -> Result<GenerateContentRequest, String> {
+    let as_user = crate::provider::system_only_as_user(request);
+    let request = as_user.as_ref().unwrap_or(request);
     let signed = needs_signature(&request.model);
     let mut system = Vec::new();
     let mut contents: Vec<Content> = Vec::new();

@@ -26,6 +26,22 @@ pub trait Provider: Send + Sync + 'static {
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream>;
 }
 
+/// Anthropic, Bedrock's Converse and Gemini refuse a conversation without a user turn, which
+/// OpenAI answers: a request of system text only (a flow template without a `userTemplate`) is
+/// sent to them as that text in one user turn. `None`: the request has a turn of its own.
+pub(crate) fn system_only_as_user(request: &InferenceRequest) -> Option<InferenceRequest> {
+    use baton_domain::chat::{Message, Role};
+    let only_system =
+        !request.messages.is_empty() && request.messages.iter().all(|m| m.role == Role::System);
+    only_system.then(|| {
+        let text: Vec<String> = request.messages.iter().map(Message::joined_text).collect();
+        InferenceRequest {
+            messages: vec![Message::text(Role::User, text.join("\n\n"))],
+            ..request.clone()
+        }
+    })
+}
+
 /// A tool-use content block of a stream (Anthropic's and Bedrock's, which stream a call's
 /// input in pieces after its start).
 #[derive(Debug)]
@@ -137,6 +153,34 @@ mod tests {
         require_finish("p", Box::pin(futures::stream::iter(items)))
             .collect()
             .await
+    }
+
+    #[test]
+    fn a_system_only_conversation_reaches_every_provider_as_a_user_turn() {
+        use baton_domain::chat::{Message, Role};
+        let request = InferenceRequest {
+            model: "m".into(),
+            messages: vec![
+                Message::text(Role::System, "Write a haiku."),
+                Message::text(Role::System, "About cats."),
+            ],
+            ..InferenceRequest::default()
+        };
+        let anthropic = serde_json::to_value(crate::anthropic::to_wire(&request, false, 1024));
+        let anthropic = anthropic.unwrap();
+        assert_eq!(anthropic["messages"][0]["role"], "user", "{anthropic}");
+        let text = &anthropic["messages"][0]["content"][0]["text"];
+        assert_eq!(text, "Write a haiku.\n\nAbout cats.");
+        assert!(anthropic.get("system").is_none());
+        let bedrock = crate::bedrock::to_wire("bedrock", &request, 1024).unwrap();
+        let bedrock = serde_json::to_value(bedrock).unwrap();
+        assert_eq!(bedrock["messages"][0]["role"], "user", "{bedrock}");
+        let gemini = serde_json::to_value(crate::gemini::to_wire(&request).unwrap()).unwrap();
+        assert_eq!(gemini["contents"][0]["role"], "user", "{gemini}");
+        // A conversation with a turn of its own keeps its system prompt apart.
+        let mut asked = request.clone();
+        asked.messages.push(Message::text(Role::User, "Now."));
+        assert!(system_only_as_user(&asked).is_none());
     }
 
     #[tokio::test]

@@ -578,14 +578,39 @@ impl Config {
                 baton_api::state::MIN_JWT_SECRET_LEN
             )));
         }
-        // Zero here starts a service that refuses every body or issues expired tokens.
-        for (key, value) in [
-            ("server.max_body_bytes", self.server.max_body_bytes as u64),
-            ("auth.session_ttl_secs", self.auth.session_ttl_secs),
-        ] {
-            if value == 0 {
-                return Err(ServerError::Config(format!("{key} must be at least 1")));
+        // Zero here starts a service that refuses every body, issues expired tokens, times out
+        // every call at once or never makes progress: refused at start instead.
+        let mut positive = vec![
+            (
+                "server.max_body_bytes".to_string(),
+                self.server.max_body_bytes as u64,
+            ),
+            ("auth.session_ttl_secs".into(), self.auth.session_ttl_secs),
+            (
+                "server.request_timeout_secs".into(),
+                self.server.request_timeout_secs,
+            ),
+            (
+                "server.shed_interval_ms".into(),
+                self.server.shed_interval_ms,
+            ),
+            ("tools.call_timeout_ms".into(), self.tools.call_timeout_ms),
+            (
+                "tools.connect_timeout_ms".into(),
+                self.tools.connect_timeout_ms,
+            ),
+            (
+                "retention.cleanup_batch".into(),
+                self.retention.cleanup_batch,
+            ),
+        ];
+        for (key, provider) in &self.providers {
+            if let Some(timeout) = provider.timeout_secs {
+                positive.push((format!("providers.{key}.timeout_secs"), timeout));
             }
+        }
+        if let Some((key, _)) = positive.iter().find(|(_, value)| *value == 0) {
+            return Err(ServerError::Config(format!("{key} must be at least 1")));
         }
         Ok(ApiConfig {
             max_body_bytes: self.server.max_body_bytes,
@@ -752,6 +777,15 @@ mod tests {
             ("[server]\nmax_body_bytes = 0\n", "server.max_body_bytes"),
             ("[auth]\nsession_ttl_secs = 0\n", "auth.session_ttl_secs"),
             ("[auth]\njwt_secret = \"short\"\n", "auth.jwt_secret"),
+            (
+                "[server]\nrequest_timeout_secs = 0\n",
+                "server.request_timeout_secs",
+            ),
+            ("[tools]\ncall_timeout_ms = 0\n", "tools.call_timeout_ms"),
+            (
+                "[providers.openai]\ntimeout_secs = 0\n",
+                "providers.openai.timeout_secs",
+            ),
         ] {
             Jail::expect_with(|jail| {
                 jail.create_file("baton.toml", file)?;

@@ -229,11 +229,11 @@ async fn serve_chat(
         let pricing = answer.pricing(pricing);
         let response = answer.value;
         let credits = pricing
-            .cost(
+            .cost_of_answer(
                 &call.provider_key,
                 response.model_or(&call.model),
                 &call.model,
-                &response.usage,
+                &response,
             )
             .billed;
         record_call_outcome(&mut events, &call, Ok((&response, credits)));

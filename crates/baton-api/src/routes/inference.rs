@@ -299,7 +299,7 @@ async fn serve_inference(
     } else {
         response.model.clone()
     };
-    let cost = pricing.cost(provider, &served, model, &response.usage);
+    let cost = pricing.cost_of_answer(provider, &served, model, &response);
     record_call_outcome(&mut events, &call, Ok((&response, cost.billed)));
     log.attach_events(events.take_stored());
     log.succeed(provider, model, &response).await;
