@@ -199,5 +199,7 @@ async fn a_request_outliving_the_grace_period_is_dropped_and_still_logged() {
     let runs = store.list_runs(&tenant).await.unwrap();
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].status, baton_domain::run::RunStatus::Failed);
+    // Cut by the service, not by its client.
+    assert_eq!(runs[0].error_code.as_deref(), Some("SERVICE_SHUTDOWN"));
     store.close().await.unwrap();
 }

@@ -176,6 +176,8 @@ fn prompt_chars(request: &Value) -> usize {
 /// The code of a run whose request was dropped before it finished (the client closed the
 /// connection, so the handler was cancelled): written by `Drop`, so no run stays `Pending`.
 pub const CLIENT_DISCONNECTED: &str = "CLIENT_DISCONNECTED";
+/// The code of a run the service dropped unfinished as it shut down (past its grace period).
+pub const SERVICE_SHUTDOWN: &str = "SERVICE_SHUTDOWN";
 
 pub struct RunLog {
     /// Boxed: the log is moved into and held across the await points of every request's
@@ -210,10 +212,7 @@ impl Drop for RunLog {
                 "the request failed on an internal error (the service's log has it)",
             )
         } else {
-            (
-                CLIENT_DISCONNECTED,
-                "the client closed the connection before the run finished",
-            )
+            self.cut_short("the client closed the connection before the run finished")
         };
         record.error_code = Some(code.to_string());
         record.error_message = Some(message.to_string());
@@ -226,6 +225,19 @@ impl Drop for RunLog {
 }
 
 impl RunLog {
+    /// Why a run dropped unfinished ended: its client left (`client_left` says how), or the
+    /// service, shutting down, dropped it.
+    pub fn cut_short(&self, client_left: &'static str) -> (&'static str, &'static str) {
+        if self.writer.service_stopping() {
+            (
+                SERVICE_SHUTDOWN,
+                "the service shut down before the run finished",
+            )
+        } else {
+            (CLIENT_DISCONNECTED, client_left)
+        }
+    }
+
     pub fn start(
         writer: Arc<dyn RunSink>,
         pricing: Pricing,

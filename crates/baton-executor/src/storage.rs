@@ -95,6 +95,12 @@ pub trait RunSink: Send + Sync {
     /// Writes what is queued now (a sink that batches waits for its batch otherwise), so a run
     /// just answered can be read back by id. Sinks that write at once have nothing to do.
     async fn flush(&self) {}
+
+    /// Whether the service is shutting down: a run dropped now was cut by it, not by its
+    /// client.
+    fn service_stopping(&self) -> bool {
+        false
+    }
 }
 
 /// A sink that keeps nothing: the operator turned the invocation log off. The budget holds a

@@ -22,7 +22,6 @@ use crate::events::{
     CallInfo, EventLog, EventOptions, data_value, record_call_end, request_completed, request_error,
 };
 use crate::gateway::{Answer, Failure, Opening, Routed};
-use crate::runlog::CLIENT_DISCONNECTED;
 use crate::runlog::{Pricing, RunLog};
 
 /// A streamed answer is checked against the requested schema once complete. The text is already
@@ -262,7 +261,7 @@ impl Drop for EventStream {
             // The client left: the provider call is cancelled with `upstream`; what it produced
             // is still logged and billed, and the stored lifecycle ends as a chunks stream's does.
             let mut partial = self.accumulator.snapshot();
-            let (code, message) = (CLIENT_DISCONNECTED, "the client closed the stream");
+            let (code, message) = log.cut_short("the client closed the stream");
             partial.usage = log.finish_partial(
                 &self.call.provider_key,
                 &self.call.model,

@@ -186,6 +186,7 @@ impl Application {
             Err(_) => {
                 tracing::warn!("shutdown grace period over; dropping remaining connections");
                 // Dropped, their runs are logged as cut short: before the log writer closes.
+                self.runs.stopping();
                 threads.abort();
                 if tokio::time::timeout(ABORT_WAIT, threads.drained())
                     .await

@@ -102,4 +102,8 @@ impl RunSink for RunWriter {
     async fn flush(&self) {
         RunWriter::flush(self).await;
     }
+
+    fn service_stopping(&self) -> bool {
+        RunWriter::service_stopping(self)
+    }
 }

@@ -1,7 +1,7 @@
 //! The invocation log: runs, their tags and stored events, written in batches by [`RunWriter`].
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -476,6 +476,8 @@ pub struct RunWriter {
     /// Set by [`RunWriter::close`] at once, so a batch retrying against an unreachable
     /// database (ahead of the close message in the queue) stops retrying without end.
     closing: Arc<watch::Sender<bool>>,
+    /// Set when the service starts dropping requests at shutdown ([`RunWriter::stopping`]).
+    stopping: Arc<AtomicBool>,
     /// Callers waiting for room in a full queue (load shedding reads the longest wait).
     waiters: Arc<Waiters>,
     /// Wakes the writer early from its wait for a batch to fill: the batch is full, or a close
@@ -629,6 +631,7 @@ impl RunWriter {
             tx,
             capacity: options.capacity.max(1),
             closing: Arc::new(closing),
+            stopping: Arc::default(),
             waiters: Arc::default(),
             batch_ready,
             lane_counters,
@@ -687,6 +690,16 @@ impl RunWriter {
             self.batch_ready.notify.notify_one();
             let _ = done.await;
         }
+    }
+
+    /// The service is about to drop the requests still running (its shutdown grace is over):
+    /// their runs are logged as cut by it, not by their clients.
+    pub fn stopping(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    pub fn service_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
     }
 
     pub async fn close(&self) {

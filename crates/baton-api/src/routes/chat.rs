@@ -30,7 +30,7 @@ use crate::events::{
 use crate::extract::Json;
 use crate::gateway::{answer, open_stream, opening, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, event_stream};
-use crate::runlog::{CLIENT_DISCONNECTED, Pricing, RunLog};
+use crate::runlog::{Pricing, RunLog};
 use crate::sse::{self, SseWriter};
 use crate::state::AppState;
 use crate::streams::holding;
@@ -461,12 +461,8 @@ impl Drop for ChunkStream {
             // The client disconnected mid-stream: dropping `upstream` cancels the provider call;
             // what was produced so far is still logged and billed, and its lifecycle stored.
             let partial = self.partial();
-            self.fail(
-                &mut log,
-                partial,
-                CLIENT_DISCONNECTED,
-                "the client closed the stream",
-            );
+            let (code, message) = log.cut_short("the client closed the stream");
+            self.fail(&mut log, partial, code, message);
             log.flush_in_background();
         }
     }
