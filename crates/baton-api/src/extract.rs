@@ -42,15 +42,11 @@ where
                 param: None,
             });
         }
-        // Every router gets the limit from `with_request_layers`; the default is a backstop.
-        let limit = req
-            .extensions()
-            .get::<BodyLimit>()
-            .map_or(DEFAULT_MAX_BODY_BYTES, |limit| limit.0);
+        let limit = body_limit(&req);
         let bytes = read_body(req.into_body(), limit).await?;
         // Every body of this API is a JSON object, but serde also reads a struct from an array
         // (`[null, null]` was a patch that changed nothing): refuse it as the document does.
-        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        if is_array(&bytes) {
             return Err(ApiError::Invalid {
                 code: "VALIDATION_ERROR",
                 message: "the body must be a JSON object".into(),
@@ -77,10 +73,7 @@ where
         #[serde(deny_unknown_fields)]
         struct NoFields {}
 
-        let limit = req
-            .extensions()
-            .get::<BodyLimit>()
-            .map_or(DEFAULT_MAX_BODY_BYTES, |limit| limit.0);
+        let limit = body_limit(&req);
         let has_json_type = is_json(req.headers());
         let bytes = read_body(req.into_body(), limit).await?;
         if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -95,7 +88,7 @@ where
             });
         }
         // serde reads a field-less struct from `[]` too: only an object (or null) is "none".
-        if bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        if is_array(&bytes) {
             return Err(ApiError::Invalid {
                 code: "VALIDATION_ERROR",
                 message: "this operation takes no body; send none, {} or null".into(),
@@ -104,6 +97,18 @@ where
         }
         parse_json::<Option<NoFields>>(&bytes).map(|_| NoBody)
     }
+}
+
+/// Every router gets the limit from `with_request_layers`; the default is a backstop.
+fn body_limit(req: &Request) -> usize {
+    req.extensions()
+        .get::<BodyLimit>()
+        .map_or(DEFAULT_MAX_BODY_BYTES, |limit| limit.0)
+}
+
+/// Whether the body is a JSON array, which serde also reads a struct from.
+fn is_array(bytes: &[u8]) -> bool {
+    bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[')
 }
 
 /// `application/json` or another `application/*+json` type.

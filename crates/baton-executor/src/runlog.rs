@@ -83,9 +83,7 @@ impl Pricing {
             None => Cost::uncertain(),
         }
     }
-}
 
-impl Pricing {
     /// [`Pricing::cost`] of an answer, each model call it took priced on its own (a
     /// structured-output retry is two calls: DESIGN.md rounds per inference).
     pub fn cost_of_answer(

@@ -897,8 +897,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
     let usage = turns.usage;
     let failed_model = turns.failed_model.take();
     // Calls the loop's own count (one a turn) leaves out.
-    let billed_failures = turns.billed_failures + turns.discarded_calls;
-    let discarded_calls = turns.discarded_calls;
+    let (billed_failures, discarded_calls) = (turns.billed_failures, turns.discarded_calls);
     let fallback_used = log.record_mut().is_some_and(|r| r.fallback_used);
     match outcome {
         Ok(outcome) => {
@@ -1058,7 +1057,7 @@ pub async fn run(input: ToolRunInput) -> Result<ToolRunResult, RunFailure> {
             }
             if let Some(record) = log.record_mut() {
                 record.tool_calls = tool_calls;
-                record.inference_count = inferences + billed_failures;
+                record.inference_count = inferences + billed_failures + discarded_calls;
                 if let Some(model) = &failed_model {
                     record.provider = Some(model.provider.clone());
                 }
