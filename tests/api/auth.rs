@@ -134,6 +134,11 @@ async fn login_issues_a_session_token_and_is_rate_limited() {
         .parse()
         .unwrap();
     assert!((1..=60).contains(&retry_after), "Retry-After {retry_after}");
+    // The message tells the same wait as the header.
+    assert_eq!(
+        limited.json()["error"]["message"],
+        format!("too many requests; retry after {retry_after} seconds")
+    );
 }
 
 #[tokio::test]

@@ -646,6 +646,11 @@ async fn tenant_rate_limits_answer_429_with_retry_after() {
         .parse()
         .unwrap();
     assert!((1..=60).contains(&wait), "{wait}");
+    assert_eq!(
+        refused.json()["error"]["message"],
+        format!("too many requests; retry after {wait} seconds"),
+        "the message tells the header's wait"
+    );
     assert_eq!(s.calls(), (2, 0), "a refused request reaches no provider");
     // Another tenant has its own budget.
     let other = s.app.create_tenant("other").await;

@@ -104,7 +104,7 @@ fn cargo(args: &[&str]) -> anyhow::Result<()> {
 }
 
 async fn drive(
-    options: Options,
+    mut options: Options,
     bins: PathBuf,
     baton: PathBuf,
     pinning: Pinning,
@@ -113,9 +113,10 @@ async fn drive(
     let bench_dir = target_dir().join("bench");
     std::fs::create_dir_all(&bench_dir)?;
     eprintln!("bench: {}", pinning.note);
+    let mock_threads = *options.mock_threads.get_or_insert(pinning.mock_cpus);
     let (mock, mock_addr) = procs::start_mock(
         &bins,
-        &procs::bench_mock_args(options.mock_delay_ms),
+        &procs::bench_mock_args(options.mock_delay_ms, mock_threads),
         pinning.mock.as_deref(),
     )?;
     let client = driver::client()?;

@@ -454,7 +454,7 @@ fn cargo_build(
 /// SQLite, and off), run with `env`, its profile written when it exits on `SIGTERM`.
 async fn train(baton: &Path, env: &[(&str, String)], requests: u64) -> anyhow::Result<()> {
     let bins = target_dir().join("release");
-    let (_mock, mock_addr) = procs::start_mock(&bins, &procs::bench_mock_args(0), None)?;
+    let (_mock, mock_addr) = procs::start_mock(&bins, &procs::bench_mock_args(0, 1), None)?;
     let client = driver::client()?;
     for logged in [true, false] {
         let dir = TempDir::new("pgo")?;

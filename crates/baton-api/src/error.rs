@@ -10,6 +10,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use baton_domain::DomainError;
 use baton_executor::ExecutorError;
+use baton_executor::error::retry_after_seconds;
 use baton_providers::ProviderError;
 use baton_store::StoreError;
 use serde::Serialize;
@@ -34,12 +35,12 @@ pub enum ApiError {
     Conflict { code: &'static str, message: String },
     #[error("the request body is larger than the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize },
-    #[error("too many requests; retry after {} seconds", retry_after.as_secs().max(1))]
+    #[error("too many requests; retry after {} seconds", retry_after_seconds(*retry_after))]
     RateLimited { retry_after: Duration },
     #[error("the database is unavailable")]
     Unavailable,
     /// Load shedding (`overload.rs`): Baton is past its capacity and refuses new requests.
-    #[error("Baton is overloaded; retry after {} seconds", retry_after.as_secs().max(1))]
+    #[error("Baton is overloaded; retry after {} seconds", retry_after_seconds(*retry_after))]
     Overloaded { retry_after: Duration },
     /// Something failed on our side; the message is logged, not sent.
     #[error("internal error: {0}")]
@@ -185,10 +186,10 @@ impl ApiError {
         let mut response = (self.status(), axum::Json(body)).into_response();
         match self {
             Self::RateLimited { retry_after } | Self::Overloaded { retry_after } => {
-                let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+                response.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after_seconds(*retry_after)),
+                );
             }
             Self::Unauthorized(_) => {
                 response

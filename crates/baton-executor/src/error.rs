@@ -19,7 +19,7 @@ pub enum ExecutorError {
     #[error(transparent)]
     Provider(ProviderError),
     /// The tenant's `requestsPerMinute` is used up.
-    #[error("too many requests; retry after {} seconds", retry_after.as_secs().max(1))]
+    #[error("too many requests; retry after {} seconds", retry_after_seconds(*retry_after))]
     RateLimited { retry_after: Duration },
     /// The agent tree reached its cost ceiling before a model call.
     #[error(
@@ -114,4 +114,10 @@ impl From<ProviderError> for ExecutorError {
             other => Self::Provider(other),
         }
     }
+}
+
+/// A wait in the whole seconds a client is told (message and `Retry-After` alike): rounded up,
+/// so a client that waits that long finds its slot, and at least 1.
+pub fn retry_after_seconds(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }

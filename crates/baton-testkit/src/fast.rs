@@ -65,6 +65,14 @@ impl FastMock {
         Ok(FastMock { address })
     }
 
+    /// Serves `router` on `threads` threads of its own, outside any runtime
+    /// (`serve::serve_loopback_threads`): the `baton-mock` process's way, so a benchmark can
+    /// give the mock as many cores as it gives it CPUs.
+    pub fn serve_on_threads(router: Router, threads: usize) -> std::io::Result<FastMock> {
+        let address = crate::serve::serve_loopback_threads(router, threads)?;
+        Ok(FastMock { address })
+    }
+
     pub fn address(&self) -> SocketAddr {
         self.address
     }

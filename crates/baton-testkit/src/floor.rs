@@ -30,7 +30,7 @@ pub fn spawn(upstream: String, threads: usize) -> io::Result<SocketAddr> {
     let address = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let upstream: Arc<str> = upstream.trim_end_matches('/').into();
     for index in 0..threads.max(1) {
-        let listener = reuse_port_listener(address)?;
+        let listener = crate::serve::reuse_port_listener(address)?;
         let upstream = upstream.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -40,17 +40,6 @@ pub fn spawn(upstream: String, threads: usize) -> io::Result<SocketAddr> {
             .spawn(move || runtime.block_on(serve(listener, upstream)))?;
     }
     Ok(address)
-}
-
-fn reuse_port_listener(address: SocketAddr) -> io::Result<std::net::TcpListener> {
-    use socket2::{Domain, Socket, Type};
-    let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
-    socket.set_reuse_address(true)?;
-    socket.set_reuse_port(true)?;
-    socket.set_nonblocking(true)?;
-    socket.bind(&address.into())?;
-    socket.listen(4096)?;
-    Ok(socket.into())
 }
 
 async fn serve(listener: std::net::TcpListener, upstream: Arc<str>) -> io::Result<()> {

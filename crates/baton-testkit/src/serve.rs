@@ -39,3 +39,46 @@ pub(crate) async fn serve_loopback_counting(
     });
     Ok(address)
 }
+
+/// Binds one loopback port and serves `router` on `threads` threads, each a single-threaded
+/// runtime accepting on its own `SO_REUSEPORT` listener (the kernel spreads connections over
+/// them), as Baton serves. A thread per core costs no more CPU a request than one thread (no
+/// work stealing, no hand-off between threads), so a mock given two cores can serve twice as
+/// much without taking CPU from the gateway in front of it. The threads serve until the
+/// process ends.
+pub fn serve_loopback_threads(router: Router, threads: usize) -> std::io::Result<SocketAddr> {
+    let address = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    for index in 0..threads.max(1) {
+        let listener = reuse_port_listener(address)?;
+        let router = router.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        std::thread::Builder::new()
+            .name(format!("mock-{index}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                        return;
+                    };
+                    let listener = listener.tap_io(|tcp| {
+                        let _ = tcp.set_nodelay(true);
+                    });
+                    let _ = axum::serve(listener, router).await;
+                });
+            })?;
+    }
+    Ok(address)
+}
+
+/// A listener on `address` that shares its port with the others bound the same way.
+pub(crate) fn reuse_port_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    socket.set_reuse_port(true)?;
+    socket.set_nonblocking(true)?;
+    socket.bind(&address.into())?;
+    socket.listen(BACKLOG as i32)?;
+    Ok(socket.into())
+}

@@ -161,7 +161,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 async fn measure(options: &Options, bins: &Path, bench_dir: &Path) -> anyhow::Result<Value> {
-    let (_mock, mock_addr) = procs::start_mock(bins, &procs::bench_mock_args(0), None)?;
+    let (_mock, mock_addr) = procs::start_mock(bins, &procs::bench_mock_args(0, 1), None)?;
     let program = crate::pgo::measured_baton(options.pgo, bins)?;
     let mut results = Vec::new();
     for &logged in &options.logged {

@@ -7,7 +7,7 @@ use anyhow::{Context, bail, ensure};
 pub const USAGE: &str =
     "usage: cargo xtask bench load [--smoke] [--duration SECS] [--sweep-duration SECS]
     [--rates N,N] [--sweep N,N,...] [--concurrency N] [--streams N] [--concurrent-streams N]
-    [--mock-delay-ms MS] [--gateways sqlite,postgres,nolog,floor] [--peer litellm] [--postgres-url URL]
+    [--mock-delay-ms MS] [--mock-threads N] [--gateways sqlite,postgres,nolog,floor] [--peer litellm] [--postgres-url URL]
     [--baton-env KEY=VALUE]... [--profile NAME] [--pgo]";
 
 /// One way of serving the scenarios besides the direct path to the mock.
@@ -64,6 +64,9 @@ pub struct Options {
     /// Streams opened all at once (long ones, so they overlap).
     pub concurrent_streams: usize,
     pub mock_delay_ms: u64,
+    /// The mock's serving threads (`--mock-threads`); `None`: one per CPU it may run on (its
+    /// pinned set, or every CPU when nothing is pinned), resolved when the run starts.
+    pub mock_threads: Option<usize>,
     /// In the order they run; the peer comes last.
     pub gateways: Vec<Gateway>,
     /// An existing database to connect to for `CREATE DATABASE` / `DROP DATABASE`.
@@ -93,6 +96,7 @@ impl Options {
                 streams: 5,
                 concurrent_streams: 50,
                 mock_delay_ms: 0,
+                mock_threads: None,
                 gateways: vec![Gateway::Sqlite, Gateway::NoLog],
                 postgres_url: DEFAULT_POSTGRES_URL.into(),
                 baton_env: Vec::new(),
@@ -110,6 +114,7 @@ impl Options {
                 streams: 500,
                 concurrent_streams: 1000,
                 mock_delay_ms: 0,
+                mock_threads: None,
                 gateways: vec![Gateway::Sqlite, Gateway::Postgres, Gateway::NoLog],
                 postgres_url: DEFAULT_POSTGRES_URL.into(),
                 baton_env: Vec::new(),
@@ -138,6 +143,9 @@ impl Options {
                     options.concurrent_streams = number(flag, value()?)?.max(1) as usize;
                 }
                 "--mock-delay-ms" => options.mock_delay_ms = number(flag, value()?)?,
+                "--mock-threads" => {
+                    options.mock_threads = Some(number(flag, value()?)?.max(1) as usize);
+                }
                 "--gateways" => options.gateways = gateways(value()?)?,
                 "--peer" => match value()? {
                     "litellm" => peer = true,

@@ -134,10 +134,12 @@ pub fn start_floor(
     )
 }
 
-/// The load benchmark's mock flags: the provider delay and the short-stream shape.
-pub fn bench_mock_args(delay_ms: u64) -> Vec<String> {
+/// The load benchmark's mock flags: the provider delay, its serving threads and the
+/// short-stream shape.
+pub fn bench_mock_args(delay_ms: u64, threads: usize) -> Vec<String> {
     [
         ("--delay-ms", delay_ms),
+        ("--threads", threads as u64),
         ("--chunks", SHORT_CHUNKS as u64),
         ("--gap-ms", SHORT_GAP_MS),
     ]
@@ -606,6 +608,8 @@ pub struct Pinning {
     pub gateway: Option<String>,
     pub mock: Option<String>,
     pub driver: Option<String>,
+    /// How many CPUs the mock may run on: its pinned set, or all of them.
+    pub mock_cpus: usize,
     pub note: String,
 }
 
@@ -622,6 +626,7 @@ impl Pinning {
                 gateway: None,
                 mock: None,
                 driver: None,
+                mock_cpus: cpus.len().max(1),
                 note: format!(
                     "not pinned: {} CPUs (pinning needs 4 and taskset); the gateway, the mock and the driver share them",
                     cpus.len()
@@ -643,6 +648,7 @@ impl Pinning {
             gateway: Some(join(gateway)),
             mock: Some(join(mock)),
             driver: Some(join(driver)),
+            mock_cpus: mock.len(),
         }
     }
 }

@@ -302,7 +302,7 @@ fn group(n: i64) -> String {
 }
 
 /// `" (direct 4.3x; mock busy 15%)"`: beside the headroom against the mock's capacity, the
-/// direct closed loop's throughput over the gateway's, and the share of its one thread the
+/// direct closed loop's throughput over the gateway's, and the share of its threads the
 /// mock was busy while the gateway was measured; each left out when not read.
 fn headroom_note(gateway: &Value) -> String {
     let conc = &gateway["concurrency"];

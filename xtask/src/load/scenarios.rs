@@ -42,12 +42,13 @@ pub struct Context {
 pub struct Baseline {
     pub c1: Outcome,
     pub conc: Outcome,
-    /// What the mock serves a second of its one thread's CPU, read in the direct closed loop
-    /// (its throughput over its busy share): the capacity a gateway's throughput is held
-    /// against. `None` when its CPU could not be read.
+    /// What the mock serves with its threads all busy, read in the direct closed loop (its
+    /// throughput over its busy share): the capacity a gateway's throughput is held against.
+    /// `None` when its CPU could not be read.
     mock_capacity_rps: Option<f64>,
-    /// The mock's busy share of its thread in the direct closed loop.
+    /// The mock's busy share of its threads in the direct closed loop.
     mock_cpu_share: Option<f64>,
+    mock_threads: usize,
     pub streams: StreamOutcome,
     pub many: StreamOutcome,
     rates: BTreeMap<(u64, u64), Outcome>,
@@ -87,7 +88,8 @@ impl Baseline {
         progress("direct", &format!("concurrency 1: {}", summary(&c1)));
         let mock_cpu = CpuMeter::start(mock_pid, procs::clock_ticks_per_second());
         let conc = driver::concurrent(direct, options.concurrency, options.duration).await?;
-        let mock_cpu_share = mock_cpu.core_share();
+        let mock_threads = options.mock_threads.unwrap_or(1);
+        let mock_cpu_share = mock_cpu.thread_share(mock_threads);
         let mock_capacity_rps = mock_capacity(conc.rps(), mock_cpu_share);
         progress(
             "direct",
@@ -97,7 +99,7 @@ impl Baseline {
                 summary(&conc),
                 match (mock_cpu_share, mock_capacity_rps) {
                     (Some(share), Some(capacity)) => format!(
-                        "; mock busy {:.0}% of its thread: {capacity:.0} RPS a busy second",
+                        "; mock busy {:.0}% of its {mock_threads} thread(s): capacity {capacity:.0} RPS",
                         share * 100.0
                     ),
                     _ => String::new(),
@@ -127,6 +129,7 @@ impl Baseline {
             conc,
             mock_capacity_rps,
             mock_cpu_share,
+            mock_threads,
             streams,
             many,
             rates: BTreeMap::new(),
@@ -162,6 +165,7 @@ impl Baseline {
             "concurrency": self.conc.json(),
             "mock_cpu_share": self.mock_cpu_share.map(|share| (share * 1000.0).round() / 1000.0),
             "mock_capacity_rps": self.mock_capacity_rps.map(f64::round),
+            "mock_threads": self.mock_threads,
             "streams": self.streams.json(),
             "concurrent_streams": self.many.json(),
             "rates": rates,
@@ -212,20 +216,22 @@ impl CpuMeter {
         micros_per_request(ticks, self.ticks_per_second, requests)
     }
 
-    /// CPU time over wall time since the start; `None` when no time passed or the process
-    /// could not be read.
-    fn core_share(self) -> Option<f64> {
-        let elapsed = self.started.elapsed().as_secs_f64();
+    /// CPU time over wall time since the start, spread over `threads` (the busy share of a
+    /// process serving on that many threads, each able to keep a core busy); `None` when no
+    /// time passed or the process could not be read.
+    fn thread_share(self, threads: usize) -> Option<f64> {
+        let elapsed = self.started.elapsed().as_secs_f64() * threads.max(1) as f64;
         let ticks = procs::cpu_ticks(self.pid).checked_sub(self.before)?;
         (elapsed > 0.0).then(|| ticks as f64 / self.ticks_per_second.max(1) as f64 / elapsed)
     }
 }
 
-/// What the mock serves a second of its thread's CPU: `rps` over the share of a core it was
+/// What the mock serves with every thread busy: `rps` over the share of its threads it was
 /// busy. The direct closed loop shares two vCPUs with the driver, so its throughput alone
-/// bounds the driver as much as the mock, and falls as the gateway gets cheaper; the mock
-/// serves on one thread, so throughput over busy share is what that thread can do. `None`
-/// when the share was not read or too small to divide by.
+/// bounds the driver as much as the mock, and falls as the gateway gets cheaper; each of the
+/// mock's threads serves its own connections on a runtime of its own (nothing shared between
+/// them), so throughput over busy share is what its threads can do. `None` when the share was
+/// not read or too small to divide by.
 fn mock_capacity(rps: f64, share: Option<f64>) -> Option<f64> {
     share
         .filter(|share| *share >= 0.01)
@@ -574,7 +580,7 @@ pub async fn run_gateway(
     let meters = probe.start().await;
     let mock_cpu = CpuMeter::start(ctx.mock_pid, ticks);
     let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
-    let mock_share = mock_cpu.core_share();
+    let mock_share = mock_cpu.thread_share(options.mock_threads.unwrap_or(1));
     let conc_cost = meters.finish(conc.sent).await;
     sent.add(&conc);
     cpu.insert(
@@ -605,7 +611,7 @@ pub async fn run_gateway(
         "mock_headroom": (headroom * 10.0).round() / 10.0,
         "mock_headroom_ok": headroom >= 5.0,
         "direct_throughput_ratio": (direct_ratio * 10.0).round() / 10.0,
-        // The mock's busy share of its thread while this gateway was measured.
+        // The mock's busy share of its threads while this gateway was measured.
         "mock_cpu_share": mock_share.map(|share| (share * 1000.0).round() / 1000.0),
         "cpu_us_per_request": conc_cost.cpu_us,
         "database_cpu_us_per_request": conc_cost.database_cpu_us,

@@ -4,7 +4,8 @@
 //! `baton-mock [--delay-ms N] [--chunks N] [--gap-ms N] [--threads N]` binds 127.0.0.1:0 and
 //! prints `listening 127.0.0.1:PORT` on stdout (a fixed port would race with other processes),
 //! then serves until killed: the fast mock's routes (`baton_testkit::fast::router`) and the mock
-//! MCP server at `/mcp`.
+//! MCP server at `/mcp`, on `--threads` threads (default 1), each a single-threaded runtime with
+//! its own `SO_REUSEPORT` listener on the one port.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -43,19 +44,13 @@ fn run() -> Result<(), String> {
             other => return Err(format!("unknown option {other}")),
         }
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
-    runtime.block_on(async {
-        let router = fast::router(options).merge(mcp::router());
-        let mock = FastMock::serve(router).await.map_err(|e| e.to_string())?;
-        // The port line is this program's interface to the xtask.
-        let mut stdout = std::io::stdout();
-        writeln!(stdout, "listening {}", mock.address()).map_err(|e| e.to_string())?;
-        stdout.flush().map_err(|e| e.to_string())?;
-        std::future::pending::<()>().await;
-        Ok(())
-    })
+    let router = fast::router(options).merge(mcp::router());
+    let mock = FastMock::serve_on_threads(router, threads).map_err(|e| e.to_string())?;
+    // The port line is this program's interface to the xtask.
+    let mut stdout = std::io::stdout();
+    writeln!(stdout, "listening {}", mock.address()).map_err(|e| e.to_string())?;
+    stdout.flush().map_err(|e| e.to_string())?;
+    loop {
+        std::thread::park();
+    }
 }
