@@ -298,6 +298,25 @@ pub struct EventLog {
     /// False when nothing keeps stored events (the invocation log is off): an event only
     /// `record`ed is then just counted, and an `emit`ted one is built for its stream only.
     storing: bool,
+    /// A one-call request's start, stamped ([`record_call_started`]) but serialised only when
+    /// the next event is stored: its two envelopes are then written after the model call
+    /// rather than before it goes out.
+    pending_start: Option<Box<PendingStart>>,
+}
+
+/// When and in which place `requestStarted` and `agentInferenceStarted` happened, with the
+/// call as it was then.
+struct PendingStart {
+    call: CallInfo,
+    request: Stamp,
+    inference: Stamp,
+}
+
+/// An event's id, time and sequence number, taken when it happened.
+struct Stamp {
+    id: String,
+    timestamp: Timestamp,
+    seq: u32,
 }
 
 impl EventLog {
@@ -308,6 +327,7 @@ impl EventLog {
             seq: 0,
             stored: Vec::new(),
             storing: true,
+            pending_start: None,
         }
     }
 
@@ -343,7 +363,9 @@ impl EventLog {
     ) -> Value {
         let (id, timestamp, envelope) = self.envelope(event_type, data, agent_path, depth);
         if self.storing && !NOT_STORED.contains(&event_type) {
-            self.store(id, event_type, RawJson::of(&envelope), timestamp);
+            self.settle_pending_start();
+            let seq = self.seq;
+            self.store(id, seq, event_type, RawJson::of(&envelope), timestamp);
         }
         self.seq += 1;
         envelope
@@ -364,21 +386,78 @@ impl EventLog {
         depth: u32,
     ) {
         if self.storing && !NOT_STORED.contains(&event_type) {
-            // Serialised once, here, from borrowed parts: no envelope tree is built for the log.
-            let id = uuid::Uuid::now_v7().to_string();
-            let timestamp = Timestamp::now();
-            let payload = RawJson::of(&StoredEnvelope {
-                id: &id,
-                timestamp,
-                request_id: &self.request_id,
-                event_type,
-                agent_path,
-                depth,
-                data: &data,
-            });
-            self.store(id, event_type, payload, timestamp);
+            self.settle_pending_start();
+            let stamp = self.stamp();
+            self.store_serialised(stamp, event_type, &data, agent_path, depth);
         }
         self.seq += 1;
+    }
+
+    /// The next event's id, time and sequence number, now.
+    fn stamp(&self) -> Stamp {
+        Stamp {
+            id: uuid::Uuid::now_v7().to_string(),
+            timestamp: Timestamp::now(),
+            seq: self.seq,
+        }
+    }
+
+    /// Serialised once, from borrowed parts: no envelope tree is built for the log.
+    fn store_serialised<D: Serialize>(
+        &mut self,
+        stamp: Stamp,
+        event_type: &str,
+        data: &D,
+        agent_path: &[String],
+        depth: u32,
+    ) {
+        let payload = RawJson::of(&StoredEnvelope {
+            id: &stamp.id,
+            timestamp: stamp.timestamp,
+            request_id: &self.request_id,
+            event_type,
+            agent_path,
+            depth,
+            data,
+        });
+        self.store(stamp.id, stamp.seq, event_type, payload, stamp.timestamp);
+    }
+
+    /// A one-call request's `requestStarted` and `agentInferenceStarted`, stamped now and
+    /// serialised with the next stored event (or when the stored events are taken).
+    fn stamp_call_started(&mut self, call: &CallInfo) {
+        if !self.storing {
+            self.seq += 2;
+            return;
+        }
+        self.settle_pending_start();
+        let request = self.stamp();
+        self.seq += 1;
+        let inference = self.stamp();
+        self.seq += 1;
+        self.pending_start = Some(Box::new(PendingStart {
+            call: call.clone(),
+            request,
+            inference,
+        }));
+    }
+
+    fn settle_pending_start(&mut self) {
+        if let Some(pending) = self.pending_start.take() {
+            let PendingStart {
+                call,
+                request,
+                inference,
+            } = *pending;
+            self.store_serialised(request, "requestStarted", &call.request_started(), &[], 0);
+            self.store_serialised(
+                inference,
+                "agentInferenceStarted",
+                &call.inference_started(),
+                &[],
+                0,
+            );
+        }
     }
 
     /// The envelope, built field by field so `data` is moved in (`json!` would copy it).
@@ -408,11 +487,18 @@ impl EventLog {
         (id, timestamp, Value::Object(envelope))
     }
 
-    fn store(&mut self, id: String, event_type: &str, envelope: RawJson, created_at: Timestamp) {
+    fn store(
+        &mut self,
+        id: String,
+        seq: u32,
+        event_type: &str,
+        envelope: RawJson,
+        created_at: Timestamp,
+    ) {
         self.stored.push(StoredEvent {
             id,
             run_id: self.request_id.clone(),
-            seq: self.seq,
+            seq,
             event_type: event_type.to_string(),
             payload: envelope,
             created_at,
@@ -420,6 +506,7 @@ impl EventLog {
     }
 
     pub fn take_stored(&mut self) -> Vec<StoredEvent> {
+        self.settle_pending_start();
         std::mem::take(&mut self.stored)
     }
 }
@@ -439,6 +526,7 @@ struct StoredEnvelope<'a, D> {
 }
 
 /// The one model call of a chat, inference or flow request, as its events describe it.
+#[derive(Clone)]
 pub struct CallInfo {
     /// The flow a flow run runs (`requestStarted.flowName`); `None` for chat and inference.
     pub flow_name: Option<String>,
@@ -674,10 +762,11 @@ pub fn data_value<D: Serialize>(data: &D) -> Value {
     serde_json::to_value(data).unwrap_or(Value::Null)
 }
 
-/// The start of a synchronous one-call request's stored lifecycle.
+/// The start of a one-call request's stored lifecycle (a synchronous request's, or a stream's
+/// in OpenAI's chunks): stamped now, serialised with the next stored event, so the request's
+/// model call goes out without waiting for two envelopes nobody reads before it ends.
 pub fn record_call_started(events: &mut EventLog, call: &CallInfo) {
-    events.record("requestStarted", call.request_started());
-    events.record("agentInferenceStarted", call.inference_started());
+    events.stamp_call_started(call);
 }
 
 /// The end of a synchronous one-call request's stored lifecycle: completion events, or `error`

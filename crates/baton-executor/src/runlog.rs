@@ -546,6 +546,11 @@ impl RunLog {
         }
     }
 
+    /// Whether the run is kept (the invocation log is on).
+    pub fn keeps_runs(&self) -> bool {
+        self.writer.keeps_runs()
+    }
+
     /// The request as the log keeps it, serialised now (nothing else holds it as JSON).
     pub fn set_request<T: serde::Serialize>(&mut self, request: &T) {
         if !self.writer.keeps_runs() {

@@ -236,14 +236,27 @@ async fn serve_chat(
                 &response,
             )
             .billed;
-        record_call_outcome(&mut events, &call, Ok((&response, credits)));
-        log.attach_events(events.take_stored());
-        log.succeed(&call.provider_key, &call.model, &response)
-            .await;
         let served = format!("{}/{}", call.provider_key, response.model_or(&call.model));
         let mut reply =
             axum::Json(completion(&request_id.0, created, served, &response)).into_response();
         mark_fallback(&mut reply, answer.fallback_used);
+        // The log's part (the lifecycle's envelopes serialised, the run settled and queued) is
+        // not the client's wait: spawned on this serving thread's single-threaded runtime, it
+        // runs when the connection's task next waits, after hyper has written the reply. The
+        // run's budget holds stay until the writer commits it, so a later request still sees
+        // this one's spend.
+        let keeps_runs = log.keeps_runs();
+        let finish_log = async move {
+            record_call_outcome(&mut events, &call, Ok((&response, credits)));
+            log.attach_events(events.take_stored());
+            log.succeed(&call.provider_key, &call.model, &response)
+                .await;
+        };
+        if keeps_runs {
+            tokio::spawn(finish_log);
+        } else {
+            finish_log.await;
+        }
         return Ok(reply);
     }
 
