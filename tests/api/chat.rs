@@ -414,6 +414,29 @@ async fn provider_failures_and_bad_input_get_clear_errors_without_keys() {
             .error(400, "VALIDATION_ERROR")["param"],
         "temperature"
     );
+    // A zero token budget is refused here, not sent to be refused by the provider.
+    let calls_before = mock.received().len();
+    assert_eq!(
+        post(chat("openai/gpt-4o-mini", json!({"max_tokens": 0})))
+            .await
+            .error(400, "VALIDATION_ERROR")["param"],
+        "max_tokens"
+    );
+    assert_eq!(
+        app.post(
+            "/api/v1/inference",
+            &key,
+            json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}),
+        )
+        .await
+        .error(400, "VALIDATION_ERROR")["param"],
+        "max_tokens"
+    );
+    assert_eq!(
+        mock.received().len(),
+        calls_before,
+        "nothing reached the provider"
+    );
     assert_eq!(
         post(json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user"}]}))
             .await

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use futures::Stream;
 use secrecy::{ExposeSecret, SecretString};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::error::{ProviderError, ProviderResult};
 use crate::http;
@@ -122,10 +122,53 @@ pub(crate) struct ResponsesRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     text: Option<Value>,
     /// The gateway keeps no conversation state upstream (no `previous_response_id`), so it asks
-    /// OpenAI not to retain the response either.
+    /// OpenAI not to retain the response either, unless the client asked for `store`.
     store: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     stream: bool,
+    /// The client's OpenAI options that the Responses API takes under the same name
+    /// ([`RESPONSES_PASSTHROUGH`]).
+    #[serde(flatten)]
+    passthrough: Map<String, Value>,
+}
+
+/// Chat Completions options the Responses API takes as they are. The others are mapped
+/// (`store`, `verbosity` into `text`, `web_search_options` into the web search tool), refused
+/// (audio output, which it cannot give) or dropped (`prediction`, a latency hint it has no
+/// counterpart for: the answer is the same without it).
+const RESPONSES_PASSTHROUGH: &[&str] = &[
+    "service_tier",
+    "metadata",
+    "prompt_cache_key",
+    "safety_identifier",
+];
+
+/// Chat Completions' `web_search_options` as the Responses web search tool's fields: the same
+/// `search_context_size`, and `user_location` with its `approximate` object's fields lifted
+/// beside its `type`.
+fn web_search_tool(options: Option<&Value>) -> Value {
+    let mut tool = Map::new();
+    tool.insert("type".into(), json!("web_search"));
+    if let Some(Value::Object(options)) = options {
+        for (key, value) in options {
+            let value = match (key.as_str(), value) {
+                ("user_location", Value::Object(location)) => {
+                    let mut flat: Map<String, Value> = location
+                        .iter()
+                        .filter(|(k, _)| k.as_str() != "approximate")
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect();
+                    if let Some(Value::Object(approximate)) = location.get("approximate") {
+                        flat.extend(approximate.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    }
+                    Value::Object(flat)
+                }
+                _ => value.clone(),
+            };
+            tool.insert(key.clone(), value);
+        }
+    }
+    Value::Object(tool)
 }
 
 fn message_item(role: &str, content: Vec<Value>) -> Value {
@@ -147,6 +190,17 @@ pub(crate) fn to_wire<'a>(
             "stop sequences together with vendor tools (Responses API)".into(),
         ));
     }
+    let options = &request.openai_options;
+    let wants_audio = options.contains_key("audio")
+        || options
+            .get("modalities")
+            .and_then(Value::as_array)
+            .is_some_and(|modalities| modalities.iter().any(|m| m == "audio"));
+    if wants_audio {
+        return Err(unsupported(
+            "audio output together with vendor tools (Responses API)".into(),
+        ));
+    }
     let mut tools: Vec<Value> = request
         .tools
         .iter()
@@ -159,7 +213,7 @@ pub(crate) fn to_wire<'a>(
         .collect();
     for tool in &request.vendor_tools {
         tools.push(match tool {
-            VendorTool::WebSearch => json!({"type": "web_search"}),
+            VendorTool::WebSearch => web_search_tool(options.get("web_search_options")),
             VendorTool::CodeInterpreter => {
                 json!({"type": "code_interpreter", "container": {"type": "auto"}})
             }
@@ -237,6 +291,14 @@ pub(crate) fn to_wire<'a>(
         Some(ResponseFormat::JsonObject) => Some(json!({"format": {"type": "json_object"}})),
         Some(ResponseFormat::Text) | None => None,
     };
+    let text = match (text, options.get("verbosity")) {
+        (text, None) => text,
+        (Some(Value::Object(mut text)), Some(verbosity)) => {
+            text.insert("verbosity".into(), verbosity.clone());
+            Some(Value::Object(text))
+        }
+        (_, Some(verbosity)) => Some(json!({"verbosity": verbosity})),
+    };
     // Same effort buckets as the Chat Completions mapping, so a budget means the same on both.
     let reasoning = request.thinking_budget.map(|budget| {
         let effort = match budget {
@@ -261,8 +323,15 @@ pub(crate) fn to_wire<'a>(
         max_output_tokens: request.max_tokens,
         reasoning,
         text,
-        store: false,
+        store: options
+            .get("store")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         stream,
+        passthrough: RESPONSES_PASSTHROUGH
+            .iter()
+            .filter_map(|&key| Some((key.to_string(), options.get(key)?.clone())))
+            .collect(),
     })
 }
 
@@ -542,6 +611,9 @@ enum StreamEvent {
         output_index: u32,
         item: OutputItem,
     },
+    /// The response as it starts: it names the model serving it.
+    #[serde(rename = "response.created", alias = "response.in_progress")]
+    Started { response: ResponsesResponse },
     #[serde(rename = "response.completed", alias = "response.incomplete")]
     Completed { response: ResponsesResponse },
     #[serde(rename = "response.failed")]
@@ -697,6 +769,13 @@ impl StreamState {
                         index: index as u32,
                         fragment: arguments,
                     });
+                }
+            }
+            // Named at the start, so a streaming client's chunks name the served model from
+            // the first (held until the answer begins, as every stream's model is).
+            StreamEvent::Started { response } => {
+                if let Some(model) = response.model.filter(|m| !m.is_empty()) {
+                    push(StreamDelta::Model(model));
                 }
             }
             StreamEvent::Completed { mut response } => {
@@ -938,6 +1017,65 @@ mod tests {
         ));
     }
 
+    #[test]
+    fn openai_options_are_carried_over_where_the_responses_api_has_them() {
+        let mut req = request();
+        req.vendor_tools = vec![VendorTool::WebSearch];
+        req.response_format = Some(ResponseFormat::JsonObject);
+        req.openai_options = json!({
+            "service_tier": "flex", "metadata": {"team": "a"}, "prompt_cache_key": "k1",
+            "safety_identifier": "u-1", "store": true, "verbosity": "low",
+            "prediction": {"type": "content", "content": "x"},
+            "web_search_options": {"search_context_size": "high",
+                "user_location": {"type": "approximate", "approximate": {"country": "GB", "city": "London"}}},
+        })
+        .as_object()
+        .unwrap()
+        .clone();
+        let wire = serde_json::to_value(to_wire("openai", &req, false).unwrap()).unwrap();
+        assert_eq!(wire["service_tier"], "flex");
+        assert_eq!(wire["metadata"], json!({"team": "a"}));
+        assert_eq!(wire["prompt_cache_key"], "k1");
+        assert_eq!(wire["safety_identifier"], "u-1");
+        assert_eq!(wire["store"], true, "the client's choice");
+        assert_eq!(
+            wire["text"],
+            json!({"format": {"type": "json_object"}, "verbosity": "low"})
+        );
+        assert!(wire.get("prediction").is_none(), "no Responses counterpart");
+        assert!(wire.get("web_search_options").is_none());
+        let search = wire["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["type"] == "web_search")
+            .unwrap()
+            .clone();
+        assert_eq!(
+            search,
+            json!({"type": "web_search", "search_context_size": "high",
+                   "user_location": {"type": "approximate", "country": "GB", "city": "London"}})
+        );
+
+        // Verbosity alone makes a `text` of its own; audio output is refused, not dropped.
+        let mut req = request();
+        req.vendor_tools = vec![VendorTool::WebSearch];
+        req.response_format = None;
+        req.openai_options = json!({"verbosity": "high"}).as_object().unwrap().clone();
+        let wire = serde_json::to_value(to_wire("openai", &req, false).unwrap()).unwrap();
+        assert_eq!(wire["text"], json!({"verbosity": "high"}));
+        for audio in [
+            json!({"modalities": ["text", "audio"]}),
+            json!({"audio": {"voice": "alloy", "format": "wav"}}),
+        ] {
+            req.openai_options = audio.as_object().unwrap().clone();
+            assert!(matches!(
+                to_wire("openai", &req, false),
+                Err(ProviderError::Unsupported { .. })
+            ));
+        }
+    }
+
     fn response_body() -> Value {
         json!({
             "id": "resp_1", "object": "response", "status": "completed", "model": "gpt-4o-mini-2024-07-18",
@@ -1051,7 +1189,7 @@ mod tests {
     fn stream_events_assemble_text_calls_citations_and_searches() {
         let citation = json!({"type": "url_citation", "start_index": 0, "end_index": 4, "url": "https://a.example", "title": "A"});
         let events = [
-            json!({"type": "response.created", "response": {"id": "r", "status": "in_progress", "output": []}}),
+            json!({"type": "response.created", "response": {"id": "r", "status": "in_progress", "model": "gpt-4o-2024-08-06", "output": []}}),
             json!({"type": "response.output_item.added", "output_index": 0, "item": {"type": "web_search_call", "id": "ws_1", "status": "in_progress"}}),
             json!({"type": "response.web_search_call.searching", "output_index": 0, "item_id": "ws_1"}),
             json!({"type": "response.output_item.done", "output_index": 0, "item": {"type": "web_search_call", "id": "ws_1", "status": "completed"}}),
@@ -1079,6 +1217,18 @@ mod tests {
                 .count(),
             1,
             "a source cited twice is listed once"
+        );
+        // The served model (from `response.created`) comes before the first text, so streamed
+        // chunks name it from the start.
+        let first_model = deltas
+            .iter()
+            .position(|d| matches!(d, StreamDelta::Model(m) if m == "gpt-4o-2024-08-06"));
+        let first_text = deltas
+            .iter()
+            .position(|d| matches!(d, StreamDelta::Text(_)));
+        assert!(
+            first_model.is_some() && first_model < first_text,
+            "{deltas:?}"
         );
         let mut acc = ResponseAccumulator::new("m");
         for delta in &deltas {

@@ -94,6 +94,31 @@ fn serves_completions_and_streams_of_the_shaped_length() {
 }
 
 #[test]
+fn serves_on_as_many_threads_as_asked_each_accepting_on_the_one_port() {
+    let (mock, address) = announced(Command::new(env!("CARGO_BIN_EXE_baton-mock")).args([
+        "--threads",
+        "3",
+        "--chunks",
+        "2",
+    ]));
+    // Each serving thread is named for the load benchmark's CPU readings.
+    let task_dir = format!("/proc/{}/task", mock.0.id());
+    let serving: Vec<String> = std::fs::read_dir(&task_dir)
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
+        .map(|name| name.trim().to_string())
+        .filter(|name| name.starts_with("mock-"))
+        .collect();
+    assert_eq!(serving.len(), 3, "{serving:?}");
+    // Connections spread over the threads' listeners (by the kernel's hash of each
+    // connection): every one of them is answered, whichever thread took it.
+    for _ in 0..24 {
+        let completion = post(&address, "/v1/chat/completions", r#"{"model":"m"}"#);
+        assert!(completion.starts_with("HTTP/1.1 200"), "{completion}");
+    }
+}
+
+#[test]
 fn the_floor_proxy_forwards_each_path_to_its_upstream_and_relays_the_answer() {
     let (_mock, mock) = announced(
         Command::new(env!("CARGO_BIN_EXE_baton-mock")).args(["--chunks", "3", "--gap-ms", "0"]),

@@ -191,6 +191,15 @@ pub fn parse(request: ChatCompletionRequest) -> Result<ParsedChat, ApiError> {
     {
         return Err(invalid("top_p", "top_p must be between 0 and 1"));
     }
+    // A zero budget cannot be answered: providers refuse it, after the request was made.
+    for (name, limit) in [
+        ("max_tokens", request.max_tokens),
+        ("max_completion_tokens", request.max_completion_tokens),
+    ] {
+        if limit == Some(0) {
+            return Err(invalid(name, format!("{name} must be at least 1")));
+        }
+    }
     if request.n.is_some_and(|n| n != 1) {
         return Err(invalid("n", "only n = 1 is supported"));
     }
@@ -716,6 +725,11 @@ mod tests {
             body
         };
         assert_eq!(param(base(json!({"temperature": 2.5}))), "temperature");
+        assert_eq!(param(base(json!({"max_tokens": 0}))), "max_tokens");
+        assert_eq!(
+            param(base(json!({"max_completion_tokens": 0}))),
+            "max_completion_tokens"
+        );
         assert_eq!(param(base(json!({"messages": []}))), "messages");
         assert_eq!(
             param(base(

@@ -159,6 +159,12 @@ async fn serve_inference(
     let customer = customer_of(&headers, body.customer_id.as_deref(), "customerId")?;
     range("temperature", body.temperature, 0.0, 2.0)?;
     range("top_p", body.top_p, 0.0, 1.0)?;
+    if body.max_tokens == Some(0) {
+        return Err(ApiError::validation(
+            "max_tokens",
+            "max_tokens must be at least 1",
+        ));
+    }
     if body.messages.is_empty() {
         return Err(ApiError::validation(
             "messages",
