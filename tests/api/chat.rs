@@ -1115,7 +1115,13 @@ async fn direct_inference_in_the_service_format() {
             .error(400, "VALIDATION_ERROR")["param"],
         "colour"
     );
-    post(json!({"model": "anthropic/claude-haiku-4-5", "messages": msgs, "vendor_tools": ["code_interpreter"]})).await.error(400, "UNSUPPORTED");
+    // The refusal names the field that asked for the tool.
+    assert_eq!(
+        post(json!({"model": "anthropic/claude-haiku-4-5", "messages": msgs, "vendor_tools": ["code_interpreter"]}))
+            .await
+            .error(400, "UNSUPPORTED")["param"],
+        "vendor_tools"
+    );
 }
 
 #[tokio::test]

@@ -1411,7 +1411,23 @@ async fn virtual_tools_run_at_the_provider_with_citations_and_are_refused_where_
         .app
         .post(&format!("/api/v1/flows/{local}/runs"), &s.key, json!({}))
         .await;
-    refused.error(400, "UNSUPPORTED");
+    assert!(
+        refused.error(400, "UNSUPPORTED")["param"].is_null(),
+        "the template's tool is no field of the run's body"
+    );
+    let refused = s
+        .app
+        .post(
+            &format!("/api/v1/flows/{local}/runs"),
+            &s.key,
+            json!({"vendorTools": ["web_search"]}),
+        )
+        .await;
+    assert_eq!(
+        refused.error(400, "UNSUPPORTED")["param"],
+        "vendorTools",
+        "the body asked for a vendor tool too"
+    );
     assert_eq!(s.mock.received().len(), before);
 }
 

@@ -192,13 +192,14 @@ async fn responses_api_failures_are_classified_and_other_servers_refuse_vendor_t
 
     // An operator-declared compatible server has no Responses API: refused before sending.
     let before = mock.received().len();
-    app.post(
-        "/api/v1/inference",
-        &key,
-        inference("local/llama-3", &["web_search"]),
-    )
-    .await
-    .error(400, "UNSUPPORTED");
+    let refused = app
+        .post(
+            "/api/v1/inference",
+            &key,
+            inference("local/llama-3", &["web_search"]),
+        )
+        .await;
+    assert_eq!(refused.error(400, "UNSUPPORTED")["param"], "vendor_tools");
     assert_eq!(mock.received().len(), before, "nothing reached the server");
 }
 
@@ -391,13 +392,18 @@ async fn the_compatible_endpoint_takes_vendor_tools_as_typed_tools() {
 
     // Anthropic's own search tool name is refused by OpenAI before any call.
     let calls = mock.received().len();
-    app.post(
-        "/api/v1/chat/completions",
-        &key,
-        json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
-               "tools": [{"type": "web_search_20250305"}]}),
-    )
-    .await
-    .error(400, "UNSUPPORTED");
+    let refused = app
+        .post(
+            "/api/v1/chat/completions",
+            &key,
+            json!({"model": "openai/gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}],
+                   "tools": [{"type": "web_search_20250305"}]}),
+        )
+        .await;
+    assert_eq!(
+        refused.error(400, "UNSUPPORTED")["param"],
+        "tools",
+        "OpenAI's format carries it in tools"
+    );
     assert_eq!(mock.received().len(), calls);
 }

@@ -256,6 +256,23 @@ impl From<StoreError> for ApiError {
     }
 }
 
+impl ApiError {
+    /// A provider's refusal (`UNSUPPORTED`) names the request field that asked for it by the
+    /// canonical (`/inference`) name; an endpoint whose body calls it otherwise renames it here
+    /// (`None`: its body has no such field).
+    pub(crate) fn provider_field(mut self, rename: impl FnOnce(&str) -> Option<String>) -> Self {
+        if let Self::Invalid {
+            code: "UNSUPPORTED",
+            param,
+            ..
+        } = &mut self
+        {
+            *param = param.as_deref().and_then(rename);
+        }
+        self
+    }
+}
+
 impl From<ProviderError> for ApiError {
     fn from(err: ProviderError) -> Self {
         ExecutorError::from(err).into()
@@ -272,6 +289,16 @@ impl From<ExecutorError> for ApiError {
                     code,
                     message: message.clone(),
                     param: Some(param.clone()),
+                };
+            }
+            // A refusal of what a request field asked for names the field.
+            ExecutorError::Provider(ProviderError::Unsupported {
+                field: Some(field), ..
+            }) => {
+                return Self::Invalid {
+                    code,
+                    message: err.to_string(),
+                    param: Some((*field).to_string()),
                 };
             }
             ExecutorError::NotFound(message) => return Self::NotFound(message.clone()),

@@ -85,6 +85,7 @@ impl AnthropicProvider {
                     "the vendor tool '{}' (Anthropic runs web_search_20250305)",
                     tool.as_str()
                 ),
+                field: Some("vendor_tools"),
             });
         }
         let default_max_tokens =

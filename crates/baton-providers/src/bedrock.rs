@@ -347,6 +347,7 @@ fn unsupported(provider: &str, what: impl Into<String>) -> ProviderError {
     ProviderError::Unsupported {
         provider: provider.to_string(),
         what: what.into(),
+        field: None,
     }
 }
 
@@ -427,10 +428,11 @@ pub(crate) fn to_wire(
     let as_user = system_only_as_user(request);
     let request = as_user.as_ref().unwrap_or(request);
     if let Some(tool) = request.vendor_tools.first() {
-        return Err(unsupported(
-            provider,
-            format!("the vendor tool '{}' (Converse has none)", tool.as_str()),
-        ));
+        return Err(ProviderError::Unsupported {
+            provider: provider.to_string(),
+            what: format!("the vendor tool '{}' (Converse has none)", tool.as_str()),
+            field: Some("vendor_tools"),
+        });
     }
     let mut system = Vec::new();
     let mut messages: Vec<WireMessage> = Vec::new();

@@ -66,6 +66,7 @@ pub fn request_body(
         )),
         Format::Gemini => {
             let wire = gemini::to_wire(request).map_err(|what| ProviderError::Unsupported {
+                field: None,
                 provider: PROVIDER.into(),
                 what,
             })?;

@@ -46,8 +46,13 @@ pub enum ProviderError {
     #[error(transparent)]
     Invalid(#[from] DomainError),
     /// The request asks for something this provider cannot do (e.g. a vendor tool it lacks).
+    /// `field`: the request field that asked for it (`InferenceRequest`'s name), when one did.
     #[error("{provider} does not support {what}")]
-    Unsupported { provider: String, what: String },
+    Unsupported {
+        provider: String,
+        what: String,
+        field: Option<&'static str>,
+    },
 }
 
 impl ProviderError {

@@ -90,9 +90,11 @@ impl GeminiProvider {
                     "the vendor tool '{}' (Gemini runs web_search as Google Search grounding)",
                     tool.as_str()
                 ),
+                field: Some("vendor_tools"),
             });
         }
         to_wire(request).map_err(|what| ProviderError::Unsupported {
+            field: None,
             provider: self.key.clone(),
             what,
         })

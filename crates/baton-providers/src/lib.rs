@@ -284,6 +284,7 @@ fn build(
                         what: format!(
                             "extra providers of kind {other:?} (only OpenAI-compatible ones)"
                         ),
+                        field: None,
                     });
                 }
             }

@@ -111,6 +111,7 @@ impl OpenAiProvider {
                     "the vendor tool '{}' on the Chat Completions API",
                     tool.as_str()
                 ),
+                field: Some("vendor_tools"),
             });
         }
         Ok(())

@@ -180,14 +180,16 @@ pub(crate) fn to_wire<'a>(
     request: &'a InferenceRequest,
     stream: bool,
 ) -> ProviderResult<ResponsesRequest<'a>> {
-    let unsupported = |what: String| ProviderError::Unsupported {
+    let unsupported = |what: String, field: &'static str| ProviderError::Unsupported {
         provider: provider.to_string(),
         what,
+        field: Some(field),
     };
     // The Responses API has no stop sequences; dropping them would change the answer silently.
     if !request.stop.is_empty() {
         return Err(unsupported(
             "stop sequences together with vendor tools (Responses API)".into(),
+            "stop",
         ));
     }
     let options = &request.openai_options;
@@ -199,6 +201,11 @@ pub(crate) fn to_wire<'a>(
     if wants_audio {
         return Err(unsupported(
             "audio output together with vendor tools (Responses API)".into(),
+            if options.contains_key("audio") {
+                "audio"
+            } else {
+                "modalities"
+            },
         ));
     }
     let mut tools: Vec<Value> = request
@@ -218,10 +225,10 @@ pub(crate) fn to_wire<'a>(
                 json!({"type": "code_interpreter", "container": {"type": "auto"}})
             }
             VendorTool::WebSearch20250305 => {
-                return Err(unsupported(format!(
-                    "the vendor tool '{}' (it is Anthropic's)",
-                    tool.as_str()
-                )));
+                return Err(unsupported(
+                    format!("the vendor tool '{}' (it is Anthropic's)", tool.as_str()),
+                    "vendor_tools",
+                ));
             }
         });
     }

@@ -91,7 +91,7 @@ pub async fn chat_completions(
     headers: HeaderMap,
     Json(body): Json<ChatCompletionRequest>,
 ) -> ApiResult<Response> {
-    match capture_level(body.x_log_level.as_deref(), false)? {
+    let served = match capture_level(body.x_log_level.as_deref(), false)? {
         Some(level) => {
             let span = capture::capture_span(&request_id.0, level);
             serve_chat(state, principal, request_id, headers, body)
@@ -99,7 +99,16 @@ pub async fn chat_completions(
                 .await
         }
         None => serve_chat(state, principal, request_id, headers, body).await,
-    }
+    };
+    // OpenAI's format carries vendor tools in `tools`: a refusal of one names that field.
+    served.map_err(|error| {
+        error.provider_field(|field| {
+            Some(match field {
+                "vendor_tools" => "tools".to_string(),
+                other => other.to_string(),
+            })
+        })
+    })
 }
 
 /// The level a request asked its log lines to be kept at (`x_log_level`, or debug for

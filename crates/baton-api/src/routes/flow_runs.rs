@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 
 use crate::auth::Principal;
 use crate::context::RequestId;
-use crate::error::{ApiResult, ErrorResponse};
+use crate::error::{ApiError, ApiResult, ErrorResponse};
 use crate::extract::{Json, NoBody, PathParam};
 use crate::gateway::RequestTimeouts;
 use crate::routes::chat::{capture_level, customer_of, header_tags};
@@ -226,6 +226,14 @@ pub async fn run_flow(
         Some(level) => baton_executor::capture::capture_span(&request.run_id, level),
         None => tracing::Span::none(),
     };
+    // A provider's refusal names `vendorTools` when the body asked for vendor tools; what the
+    // flow's own template asked for is no field of this body.
+    let asked_vendor_tools = !request.vendor_tools.is_empty();
+    let field = |error: baton_executor::ExecutorError| {
+        ApiError::from(error).provider_field(|field| {
+            (field == "vendor_tools" && asked_vendor_tools).then(|| "vendorTools".to_string())
+        })
+    };
     if body.stream {
         // Taken before the run starts: a refused stream runs and records nothing.
         let slot = state.streams.acquire(&principal.tenant)?;
@@ -233,10 +241,16 @@ pub async fn run_flow(
             .engine
             .run_flow_stream(request)
             .instrument(span)
-            .await?;
+            .await
+            .map_err(field)?;
         return Ok(sse::response(holding(slot, sse_envelopes(envelopes))));
     }
-    let outcome = state.engine.run_flow(request).instrument(span).await?;
+    let outcome = state
+        .engine
+        .run_flow(request)
+        .instrument(span)
+        .await
+        .map_err(field)?;
     Ok(axum::Json(FlowRunResponse::from(outcome)).into_response())
 }
 
