@@ -962,6 +962,63 @@ mod tests {
         assert_eq!(completed["timestamp"], json!(stored[1].created_at));
     }
 
+    /// A one-call request's start is stamped when it happens and serialised with the next
+    /// stored event: the stored lifecycle keeps its order, its start time and the model the
+    /// call began with, even after `served_by` named a fallback.
+    #[test]
+    fn a_call_start_is_stamped_when_it_happens_and_serialised_later() {
+        let mut call = CallInfo {
+            flow_name: None,
+            warnings: Vec::new(),
+            provider_key: "openai".into(),
+            model: "primary".into(),
+            requested_model: "alias".into(),
+            message_count: 1,
+            tool_count: 0,
+            inference_id: "inf-1".into(),
+            was_cached: false,
+            was_fallback: false,
+            earlier_call: None,
+        };
+        let mut log = EventLog::new("r1".into());
+        record_call_started(&mut log, &call);
+        assert_eq!(log.count(), 2);
+        std::thread::sleep(Duration::from_millis(5));
+        let fallback = ChainModel {
+            provider: "anthropic".into(),
+            model: "fallback".into(),
+        };
+        call.served_by(&fallback, true, false);
+        let response = InferenceResponse {
+            text: "hi".into(),
+            ..InferenceResponse::default()
+        };
+        record_call_outcome(&mut log, &call, Ok((&response, Credits(7))));
+        let stored = log.take_stored();
+        let types: Vec<&str> = stored.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(
+            types,
+            [
+                "requestStarted",
+                "agentInferenceStarted",
+                "agentInferenceCompleted",
+                "requestCompleted"
+            ]
+        );
+        let seqs: Vec<u32> = stored.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [0, 1, 2, 3]);
+        let started = stored[1].payload.to_value();
+        assert_eq!(started["data"]["model"], "primary");
+        assert_eq!(started["data"]["provider"], "openai");
+        assert_eq!(started["timestamp"], json!(stored[1].created_at));
+        assert_eq!(stored[2].payload.to_value()["data"]["model"], "fallback");
+        assert!(
+            stored[1].created_at < stored[2].created_at,
+            "the start keeps the time it happened"
+        );
+        assert_eq!(stored[0].payload.to_value()["data"]["model"], "alias");
+    }
+
     /// With nothing to keep them (the invocation log off) events are counted and streamed
     /// envelopes still built, but none is stored.
     #[test]
