@@ -546,9 +546,10 @@ impl RunLog {
         }
     }
 
-    /// Whether the run is kept (the invocation log is on).
-    pub fn keeps_runs(&self) -> bool {
-        self.writer.keeps_runs()
+    /// Whether the run can be queued after the reply: it is kept (the invocation log is on)
+    /// and the writer keeps up ([`RunSink::has_room`]), so nothing waits on it.
+    pub fn queues_after_reply(&self) -> bool {
+        self.writer.keeps_runs() && self.writer.has_room()
     }
 
     /// The request as the log keeps it, serialised now (nothing else holds it as JSON).

@@ -92,6 +92,14 @@ pub trait RunSink: Send + Sync {
         true
     }
 
+    /// Whether a run queued now would be taken without waiting for room (the writer keeps
+    /// up). A request may then queue its run after its reply; while the writer is behind it
+    /// queues before replying, so the wait for room slows its client (back-pressure) rather
+    /// than piling up runs nobody waits for.
+    fn has_room(&self) -> bool {
+        true
+    }
+
     /// Writes what is queued now (a sink that batches waits for its batch otherwise), so a run
     /// just answered can be read back by id. Sinks that write at once have nothing to do.
     async fn flush(&self) {}

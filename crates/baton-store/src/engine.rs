@@ -103,6 +103,10 @@ impl RunSink for RunWriter {
         RunWriter::flush(self).await;
     }
 
+    fn has_room(&self) -> bool {
+        RunWriter::has_room(self)
+    }
+
     fn service_stopping(&self) -> bool {
         RunWriter::service_stopping(self)
     }

@@ -680,6 +680,12 @@ impl RunWriter {
         self.capacity - self.tx.capacity()
     }
 
+    /// Whether the queue is at most half full: the writer keeps up, and a run queued now will
+    /// not wait for room.
+    pub fn has_room(&self) -> bool {
+        self.tx.capacity() * 2 >= self.capacity
+    }
+
     /// Writes everything queued so far, then stops the writer. A database that stays
     /// unreachable is given a few attempts per batch, not more, so shutdown ends.
     /// Writes what is queued now, without waiting for the batch to fill: a run just answered
@@ -1161,6 +1167,17 @@ mod tests {
                 ("t", "c", RunStatus::Pending),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn the_queue_has_room_while_at_most_half_full() {
+        let writer = stuck_writer(4).await;
+        assert!(writer.has_room());
+        writer.write(run_item(1)).await.unwrap();
+        writer.write(run_item(2)).await.unwrap();
+        assert!(writer.has_room(), "half full: the writer keeps up");
+        writer.write(run_item(3)).await.unwrap();
+        assert!(!writer.has_room(), "more than half: requests queue before replying");
     }
 
     #[tokio::test]

@@ -253,15 +253,16 @@ async fn serve_chat(
         // not the client's wait: spawned on this serving thread's single-threaded runtime, it
         // runs when the connection's task next waits, after hyper has written the reply. The
         // run's budget holds stay until the writer commits it, so a later request still sees
-        // this one's spend.
-        let keeps_runs = log.keeps_runs();
+        // this one's spend. While the writer is behind the run is queued before the reply, so
+        // the wait for room holds the client back instead of piling up spawned runs.
+        let after_reply = log.queues_after_reply();
         let finish_log = async move {
             record_call_outcome(&mut events, &call, Ok((&response, credits)));
             log.attach_events(events.take_stored());
             log.succeed(&call.provider_key, &call.model, &response)
                 .await;
         };
-        if keeps_runs {
+        if after_reply {
             tokio::spawn(finish_log);
         } else {
             finish_log.await;
