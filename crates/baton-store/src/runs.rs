@@ -1177,7 +1177,10 @@ mod tests {
         writer.write(run_item(2)).await.unwrap();
         assert!(writer.has_room(), "half full: the writer keeps up");
         writer.write(run_item(3)).await.unwrap();
-        assert!(!writer.has_room(), "more than half: requests queue before replying");
+        assert!(
+            !writer.has_room(),
+            "more than half: requests queue before replying"
+        );
     }
 
     #[tokio::test]
