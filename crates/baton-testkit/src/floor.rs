@@ -27,19 +27,13 @@ type ProxyBody = Either<reqwest::Body, Full<Bytes>>;
 /// forwarding every request's path to `upstream` (`http://host:port`). Returns the address;
 /// the threads serve until the process ends.
 pub fn spawn(upstream: String, threads: usize) -> io::Result<SocketAddr> {
-    let address = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     let upstream: Arc<str> = upstream.trim_end_matches('/').into();
-    for index in 0..threads.max(1) {
-        let listener = crate::serve::reuse_port_listener(address)?;
+    crate::serve::on_port_threads("floor", threads, move |listener| {
         let upstream = upstream.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        std::thread::Builder::new()
-            .name(format!("floor-{index}"))
-            .spawn(move || runtime.block_on(serve(listener, upstream)))?;
-    }
-    Ok(address)
+        async move {
+            let _ = serve(listener, upstream).await;
+        }
+    })
 }
 
 async fn serve(listener: std::net::TcpListener, upstream: Arc<str>) -> io::Result<()> {

@@ -47,32 +47,48 @@ pub(crate) async fn serve_loopback_counting(
 /// much without taking CPU from the gateway in front of it. The threads serve until the
 /// process ends.
 pub fn serve_loopback_threads(router: Router, threads: usize) -> std::io::Result<SocketAddr> {
+    on_port_threads("mock", threads, move |listener| {
+        let router = router.clone();
+        async move {
+            let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
+                return;
+            };
+            let listener = listener.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
+            let _ = axum::serve(listener, router).await;
+        }
+    })
+}
+
+/// Binds one loopback port and runs `serve` on `threads` threads named `name-N`, each on a
+/// single-threaded runtime with its own `SO_REUSEPORT` listener of that port. Returns the
+/// address; the threads serve until the process ends.
+pub(crate) fn on_port_threads<F, Fut>(
+    name: &str,
+    threads: usize,
+    serve: F,
+) -> std::io::Result<SocketAddr>
+where
+    F: Fn(std::net::TcpListener) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
     let address = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
     for index in 0..threads.max(1) {
         let listener = reuse_port_listener(address)?;
-        let router = router.clone();
+        let serve = serve.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
         std::thread::Builder::new()
-            .name(format!("mock-{index}"))
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-                        return;
-                    };
-                    let listener = listener.tap_io(|tcp| {
-                        let _ = tcp.set_nodelay(true);
-                    });
-                    let _ = axum::serve(listener, router).await;
-                });
-            })?;
+            .name(format!("{name}-{index}"))
+            .spawn(move || runtime.block_on(serve(listener)))?;
     }
     Ok(address)
 }
 
 /// A listener on `address` that shares its port with the others bound the same way.
-pub(crate) fn reuse_port_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
+fn reuse_port_listener(address: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     use socket2::{Domain, Socket, Type};
     let socket = Socket::new(Domain::for_address(address), Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
