@@ -449,7 +449,8 @@ async fn a_call_holding_budget_leaves_a_row_whose_hold_the_abandoned_run_sweep_g
     // What a process that stops mid-call leaves: its run's row, `Pending`, with the hold.
     let stopped_mid_call = async {
         let mut pending = false;
-        for _ in 0..50 {
+        // Up to 5 s (1 s once ran out on PostgreSQL with a build sharing the two CPUs).
+        for _ in 0..250 {
             let runs = app.store.list_runs(&tenant).await.unwrap();
             pending = runs
                 .iter()

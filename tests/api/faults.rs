@@ -566,9 +566,9 @@ async fn runs_in_their_tool_call(
         })
         .collect();
     let tenant = baton_store::TenantId::new(s.app.default_tenant.id.clone());
-    // Up to 30 s: a hang detector, not a speed check (10 s once ran out on PostgreSQL with a
-    // fat-LTO build sharing the two CPUs).
-    for _ in 0..1_200 {
+    // Up to 60 s: a hang detector, not a speed check (10 s once ran out on PostgreSQL with a
+    // fat-LTO build sharing the two CPUs, 30 s with a profile-guided one).
+    for _ in 0..2_400 {
         let pending = s
             .app
             .store
