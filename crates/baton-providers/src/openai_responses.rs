@@ -193,19 +193,20 @@ pub(crate) fn to_wire<'a>(
         ));
     }
     let options = &request.openai_options;
-    let wants_audio = options.contains_key("audio")
-        || options
+    // Audio output, asked by `audio` or by `modalities` naming it.
+    let audio_field = if options.contains_key("audio") {
+        Some("audio")
+    } else {
+        options
             .get("modalities")
             .and_then(Value::as_array)
-            .is_some_and(|modalities| modalities.iter().any(|m| m == "audio"));
-    if wants_audio {
+            .is_some_and(|modalities| modalities.iter().any(|m| m == "audio"))
+            .then_some("modalities")
+    };
+    if let Some(field) = audio_field {
         return Err(unsupported(
             "audio output together with vendor tools (Responses API)".into(),
-            if options.contains_key("audio") {
-                "audio"
-            } else {
-                "modalities"
-            },
+            field,
         ));
     }
     let mut tools: Vec<Value> = request

@@ -580,7 +580,7 @@ pub async fn run_gateway(
     let meters = probe.start().await;
     let mock_cpu = CpuMeter::start(ctx.mock_pid, ticks);
     let conc = driver::concurrent(target, options.concurrency, options.duration).await?;
-    let mock_share = mock_cpu.thread_share(options.mock_threads.unwrap_or(1));
+    let mock_share = mock_cpu.thread_share(ctx.baseline.mock_threads);
     let conc_cost = meters.finish(conc.sent).await;
     sent.add(&conc);
     cpu.insert(
