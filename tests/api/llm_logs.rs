@@ -1214,6 +1214,60 @@ async fn a_run_just_answered_is_found_by_its_id_at_once() {
     app.stop().await;
 }
 
+/// Inference calls and flow runs queue their run after the reply too (while the writer keeps
+/// up): a read of the run straight after the answer still finds it, the miss's flush waiting
+/// for the runs promised after their replies.
+#[tokio::test]
+async fn inference_calls_and_flow_runs_are_found_by_their_id_at_once() {
+    let s = crate::tools::setup_with(|config| {
+        config.invocation_log.batch_max_delay_ms = 60_000;
+    })
+    .await;
+    let flow = s.empty_flow("Read back").await;
+    s.finish_flow(
+        &flow,
+        json!({"template": "Greet.", "userTemplate": "[[name]]", "llm": "openai/gpt-4o-mini"}),
+    )
+    .await;
+    for round in 0..3 {
+        s.mock.push(Reply::text("4"));
+        let inference = s
+            .ok(
+                Method::POST,
+                "/api/v1/inference",
+                Some(json!({"model": "openai/gpt-4o-mini",
+                            "messages": [{"role": "user", "content": "2+2?"}]})),
+            )
+            .await;
+        s.mock.push(Reply::text("Hello, Ada."));
+        let run = s
+            .ok(
+                Method::POST,
+                &format!("/api/v1/flows/{}/runs", flow.0),
+                Some(json!({"parameters": {"name": "Ada"}})),
+            )
+            .await;
+        for (what, id) in [("inference", &inference["id"]), ("flow run", &run["id"])] {
+            let id = id.as_str().unwrap();
+            let read = s
+                .call(Method::GET, &format!("/api/v1/runs/{id}"), None)
+                .await;
+            assert_eq!(read.status, 200, "{what}, round {round}: {}", read.text);
+            let read = read.json();
+            assert_eq!(read["status"], "Succeeded", "{what}: {read}");
+            let events = s
+                .ok(Method::GET, &format!("/api/v1/llm-logs/{id}/events"), None)
+                .await;
+            assert_eq!(
+                events.as_array().map(Vec::len),
+                Some(4),
+                "{what}: its lifecycle came with it: {events}"
+            );
+        }
+    }
+    s.app.stop().await;
+}
+
 #[tokio::test]
 async fn with_the_invocation_log_off_requests_succeed_and_nothing_is_written() {
     let (app, mock) = crate::chat::app_with_mock_and(|config| {

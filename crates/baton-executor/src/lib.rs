@@ -116,7 +116,7 @@ pub use events::{EventFilter, EventOptions};
 pub use flow_run::{EnvelopeStream, FlowRunOutcome, FlowRunRequest};
 pub use gateway::RequestTimeouts;
 pub use memory::MemoryStore;
-pub use storage::{DiscardRuns, FlowStore, FoundFlow, RunItem, RunSink};
+pub use storage::{DiscardRuns, FlowStore, FoundFlow, PromisedRuns, RunItem, RunPromise, RunSink};
 pub use tool_loop::{
     DEFAULT_MAX_TOOL_ITERATIONS, LoopFailure, LoopOutcome, ModelTurns, ToolEvents, run_tool_loop,
 };

@@ -13,7 +13,7 @@ use baton_providers::Catalogue;
 use serde_json::Value;
 
 use crate::error::ExecutorError;
-use crate::storage::{RunItem, RunSink};
+use crate::storage::{RunItem, RunPromise, RunSink};
 
 async fn write(writer: &dyn RunSink, record: Box<RunRecord>, events: Vec<StoredEvent>) {
     let tenant = record.tenant.clone();
@@ -546,10 +546,10 @@ impl RunLog {
         }
     }
 
-    /// Whether the run can be queued after the reply: it is kept (the invocation log is on)
-    /// and the writer keeps up ([`RunSink::has_room`]), so nothing waits on it.
-    pub fn queues_after_reply(&self) -> bool {
-        self.writer.keeps_runs() && self.writer.has_room()
+    /// A promise to queue this run after the reply, when it may be ([`RunSink::promise_run`]:
+    /// the invocation log is on and the writer keeps up); [`finish_run`] keeps it.
+    pub fn after_reply(&self) -> Option<RunPromise> {
+        self.writer.promise_run()
     }
 
     /// The request as the log keeps it, serialised now (nothing else holds it as JSON).
@@ -560,6 +560,26 @@ impl RunLog {
         if let Some(record) = self.record.as_mut() {
             record.request = Some(RawJson::of(request));
         }
+    }
+}
+
+/// Runs `finish`, a run's last log work (its completion events serialised, the run settled
+/// and queued), off the client's wait when `promise` allows: spawned on the current runtime,
+/// which on a serving thread (single-threaded) runs it once the connection's task next waits,
+/// after hyper has written the reply. The promise is held until the run is queued, so a read
+/// of the run by id waits for it. Without a promise `finish` runs now, before the reply.
+pub async fn finish_run<F>(promise: Option<RunPromise>, finish: F)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    match promise {
+        Some(promise) => {
+            tokio::spawn(async move {
+                finish.await;
+                drop(promise);
+            });
+        }
+        None => finish.await,
     }
 }
 

@@ -2,6 +2,9 @@
 //! implements them over its database, [`crate::MemoryStore`] in memory. Every method touching
 //! tenant data takes the tenant; another tenant's id is [`ExecutorError::NotFound`].
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use async_trait::async_trait;
 use baton_domain::TenantId;
 use baton_domain::budget::{Budget, BudgetHold};
@@ -11,6 +14,8 @@ use baton_domain::routing::RoutingRule;
 use baton_domain::run::{RunRecord, StoredEvent};
 use baton_domain::settings::TenantSettings;
 use baton_domain::tool::{McpServer, Tool};
+
+use tokio::sync::Notify;
 
 use crate::error::ExecutorResult;
 
@@ -92,12 +97,16 @@ pub trait RunSink: Send + Sync {
         true
     }
 
-    /// Whether a run queued now would be taken without waiting for room (the writer keeps
-    /// up). A request may then queue its run after its reply; while the writer is behind it
-    /// queues before replying, so the wait for room slows its client (back-pressure) rather
-    /// than piling up runs nobody waits for.
-    fn has_room(&self) -> bool {
-        true
+    /// A promise that a task will queue a run after its request's reply, when the sink keeps
+    /// runs and would take one now without waiting for room (the writer keeps up); [`flush`]
+    /// waits until every promise is kept, so a run read back by id right after its reply is
+    /// found. `None`: queue the run before replying, so that while the writer is behind the
+    /// wait for room slows the client (back-pressure) instead of piling up runs nobody waits
+    /// for. Sinks that write at once promise nothing.
+    ///
+    /// [`flush`]: RunSink::flush
+    fn promise_run(&self) -> Option<RunPromise> {
+        None
     }
 
     /// Writes what is queued now (a sink that batches waits for its batch otherwise), so a run
@@ -108,6 +117,47 @@ pub trait RunSink: Send + Sync {
     /// client.
     fn service_stopping(&self) -> bool {
         false
+    }
+}
+
+/// The runs tasks have promised to queue after their replies ([`RunSink::promise_run`]).
+#[derive(Debug, Default)]
+pub struct PromisedRuns {
+    outstanding: AtomicUsize,
+    kept: Notify,
+}
+
+impl PromisedRuns {
+    pub fn promise(self: &Arc<Self>) -> RunPromise {
+        self.outstanding.fetch_add(1, Ordering::SeqCst);
+        RunPromise(self.clone())
+    }
+
+    /// Returns once no promise is outstanding (runs promised meanwhile are waited for too).
+    pub async fn kept(&self) {
+        loop {
+            let kept = self.kept.notified();
+            tokio::pin!(kept);
+            // Registered before the count is read: a promise kept in between still wakes it.
+            kept.as_mut().enable();
+            if self.outstanding.load(Ordering::SeqCst) == 0 {
+                return;
+            }
+            kept.await;
+        }
+    }
+}
+
+/// Held by the task that queues a run after its reply; dropped once the run is queued (or
+/// the task is dropped: nothing will come).
+#[derive(Debug)]
+pub struct RunPromise(Arc<PromisedRuns>);
+
+impl Drop for RunPromise {
+    fn drop(&mut self) {
+        if self.0.outstanding.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.kept.notify_waiters();
+        }
     }
 }
 
@@ -139,5 +189,42 @@ impl RunSink for DiscardRuns {
 
     fn keeps_runs(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn kept_returns_at_once_with_no_promise_outstanding() {
+        let promised = Arc::new(PromisedRuns::default());
+        tokio::time::timeout(Duration::from_secs(5), promised.kept())
+            .await
+            .expect("nothing was promised");
+        drop(promised.promise());
+        tokio::time::timeout(Duration::from_secs(5), promised.kept())
+            .await
+            .expect("the one promise was kept");
+    }
+
+    #[tokio::test]
+    async fn kept_waits_for_every_outstanding_promise() {
+        let promised = Arc::new(PromisedRuns::default());
+        let first = promised.promise();
+        let second = promised.promise();
+        let waiting = tokio::spawn({
+            let promised = promised.clone();
+            async move { promised.kept().await }
+        });
+        drop(first);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "one promise is still outstanding");
+        drop(second);
+        tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("both promises kept")
+            .unwrap();
     }
 }

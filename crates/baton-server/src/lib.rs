@@ -25,6 +25,10 @@ pub use error::ServerError;
 /// After the grace period, how long the serving threads get to drop their connections.
 const ABORT_WAIT: Duration = Duration::from_secs(5);
 
+/// At shutdown, how long the runs answered last get to be queued by their tasks (which run
+/// right after their replies; a promise is only made while the writer has room).
+const PROMISED_RUNS_WAIT: Duration = Duration::from_secs(5);
+
 /// What start-up did on an empty database, for the operator to see once.
 #[derive(Debug, Clone)]
 pub struct Bootstrap {
@@ -196,7 +200,14 @@ impl Application {
                 }
             }
         }
-        // Requests have drained: write every queued log row before the database closes.
+        // Requests have drained: write every queued log row before the database closes,
+        // with the runs answered last that their tasks queue after the reply.
+        if tokio::time::timeout(PROMISED_RUNS_WAIT, self.runs.promised_runs_queued())
+            .await
+            .is_err()
+        {
+            tracing::error!("runs answered before shutdown were not queued in time");
+        }
         self.runs.close().await;
         self.store.close().await?;
         threads.end().await;

@@ -175,9 +175,10 @@ async fn logged_spend<C: ConnectionTrait>(
 /// Brings the budget's current period in line with the budget as it now is: with `reseed`
 /// (a new budget, or another period or scope) its spend is what the log says was spent in the
 /// period so far (it counted only runs written after the budget existed, so a hard limit could
-/// be stepped around by creating a budget); alerts of thresholds no longer reached are dropped,
-/// so that after a raised limit they are sent again when reached; thresholds reached now and
-/// not yet alerted are recorded, for the alert sweep to send.
+/// be stepped around by creating a budget) and the period's alerts are dropped; otherwise
+/// alerts of thresholds no longer reached are dropped, so that after a raised limit they are
+/// sent again when reached. Thresholds reached now and not yet alerted are recorded, for the
+/// alert sweep to send.
 async fn reconcile_current_period<C: ConnectionTrait>(
     conn: &C,
     tenant: &str,
@@ -209,12 +210,15 @@ async fn reconcile_current_period<C: ConnectionTrait>(
         .iter()
         .map(|t| i32::try_from(*t).unwrap_or(i32::MAX))
         .collect();
-    budget_alerts::Entity::delete_many()
+    let mut stale = budget_alerts::Entity::delete_many()
         .filter(budget_alerts::Column::BudgetId.eq(budget.id.as_str()))
-        .filter(budget_alerts::Column::WindowStart.eq(start))
-        .filter(budget_alerts::Column::Threshold.is_not_in(reached_codes))
-        .exec(conn)
-        .await?;
+        .filter(budget_alerts::Column::WindowStart.eq(start));
+    // Another period or scope is a period of its own even when it starts at the same instant
+    // (a month's first day, as a day): what the old one alerted says nothing of the new one.
+    if !reseed {
+        stale = stale.filter(budget_alerts::Column::Threshold.is_not_in(reached_codes));
+    }
+    stale.exec(conn).await?;
     for threshold in reached {
         insert_alert(conn, new_alert(&budget.id, start, threshold, tenant, spent)).await?;
     }

@@ -8,7 +8,9 @@ use baton_domain::flow::Version;
 use baton_domain::routing::RoutingRule;
 use baton_domain::settings::TenantSettings;
 use baton_domain::tool::{McpServer, Tool};
-use baton_executor::{ExecutorError, ExecutorResult, FlowStore, FoundFlow, RunItem, RunSink};
+use baton_executor::{
+    ExecutorError, ExecutorResult, FlowStore, FoundFlow, RunItem, RunPromise, RunSink,
+};
 
 use crate::runs::{LogItem, RunWriter};
 use crate::{Store, StoreError};
@@ -100,11 +102,13 @@ impl RunSink for RunWriter {
     }
 
     async fn flush(&self) {
+        // A run answered a moment ago may not be queued yet (its task runs after the reply).
+        self.promised_runs_queued().await;
         RunWriter::flush(self).await;
     }
 
-    fn has_room(&self) -> bool {
-        RunWriter::has_room(self)
+    fn promise_run(&self) -> Option<RunPromise> {
+        RunWriter::promise_run(self)
     }
 
     fn service_stopping(&self) -> bool {

@@ -9,6 +9,7 @@ use baton_domain::chat::Usage;
 use baton_domain::logs::RunLogEntry;
 use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
+use baton_executor::{PromisedRuns, RunPromise};
 use foldhash::{HashMap, HashMapExt as _, HashSet, HashSetExt as _};
 use sea_orm::sea_query::{Expr, Query};
 use sea_orm::{
@@ -484,6 +485,8 @@ pub struct RunWriter {
     /// is queued.
     batch_ready: Arc<BatchReady>,
     lane_counters: Arc<LaneCounters>,
+    /// Runs that tasks will queue after their replies: the engine's flush waits for them.
+    promised: Arc<PromisedRuns>,
 }
 
 /// How the writer, waiting for its batch to fill, is woken when the queue holds the rest.
@@ -635,6 +638,7 @@ impl RunWriter {
             waiters: Arc::default(),
             batch_ready,
             lane_counters,
+            promised: Arc::default(),
         }
     }
 
@@ -684,6 +688,17 @@ impl RunWriter {
     /// not wait for room.
     pub fn has_room(&self) -> bool {
         self.tx.capacity() * 2 >= self.capacity
+    }
+
+    /// A run a task will queue after its reply, while there is room
+    /// ([`baton_executor::RunSink::promise_run`]).
+    pub fn promise_run(&self) -> Option<RunPromise> {
+        self.has_room().then(|| self.promised.promise())
+    }
+
+    /// Returns once every run promised after its reply has been queued.
+    pub async fn promised_runs_queued(&self) {
+        self.promised.kept().await;
     }
 
     /// Writes everything queued so far, then stops the writer. A database that stays

@@ -30,7 +30,7 @@ use crate::events::{
 use crate::extract::Json;
 use crate::gateway::{answer, open_stream, opening, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, event_stream};
-use crate::runlog::{Pricing, RunLog};
+use crate::runlog::{Pricing, RunLog, finish_run};
 use crate::sse::{self, SseWriter};
 use crate::state::AppState;
 use crate::streams::holding;
@@ -249,24 +249,16 @@ async fn serve_chat(
         let mut reply =
             axum::Json(completion(&request_id.0, created, served, &response)).into_response();
         mark_fallback(&mut reply, answer.fallback_used);
-        // The log's part (the lifecycle's envelopes serialised, the run settled and queued) is
-        // not the client's wait: spawned on this serving thread's single-threaded runtime, it
-        // runs when the connection's task next waits, after hyper has written the reply. The
-        // run's budget holds stay until the writer commits it, so a later request still sees
-        // this one's spend. While the writer is behind the run is queued before the reply, so
-        // the wait for room holds the client back instead of piling up spawned runs.
-        let after_reply = log.queues_after_reply();
-        let finish_log = async move {
+        // The log's part is not the client's wait (`finish_run`). The run's budget holds stay
+        // until the writer commits it, so a later request still sees this one's spend.
+        let promise = log.after_reply();
+        finish_run(promise, async move {
             record_call_outcome(&mut events, &call, Ok((&response, credits)));
             log.attach_events(events.take_stored());
             log.succeed(&call.provider_key, &call.model, &response)
                 .await;
-        };
-        if after_reply {
-            tokio::spawn(finish_log);
-        } else {
-            finish_log.await;
-        }
+        })
+        .await;
         return Ok(reply);
     }
 
