@@ -219,3 +219,68 @@ async fn a_failed_round_is_leased_again_once_it_is_due_and_never_after_it_was_se
     assert!(lease(store, much_later).await.is_empty());
     db.drop_database().await;
 }
+
+/// A budget given another scope starts a period of its own, even one that begins at the same
+/// instant as the old one (here the same month; also a month's first day made a Day budget):
+/// a threshold the new scope has reached is alerted again, not taken as sent.
+#[tokio::test]
+async fn a_rescoped_budget_alerts_the_thresholds_its_new_scope_has_reached() {
+    let db = database("alert_rescoped").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let tagged = |tag: &str| {
+        let tag = tag.to_string();
+        move |b: &mut baton_domain::budget::BudgetInput| {
+            b.alert_thresholds_percent = Some(vec![100]);
+            b.webhook_url = Some("https://hooks.example.com/budget".into());
+            b.tag = Some(tag);
+        }
+    };
+    let budget = monthly_budget(store, &tenant, LIMIT, tagged("Proj:a")).await;
+    for (id, tag) in [("run-a", "Proj:a"), ("run-b", "Proj:b")] {
+        let mut record = RunRecord::pending(
+            id.to_string(),
+            tenant.clone(),
+            RunKind::Chat,
+            "openai/gpt-4o-mini".into(),
+        );
+        record.status = RunStatus::Succeeded;
+        record.cost_credits = LIMIT;
+        record.tags = vec![tag.to_string()];
+        record.completed_at = Some(Timestamp::now());
+        store.write_runs(&[record], &[]).await.unwrap();
+    }
+    let first = lease(store, Timestamp::now()).await;
+    assert_eq!(first.len(), 1, "Proj:a reached its limit: {first:?}");
+    assert_finished(store, &first[0], 1, None).await;
+
+    let mut input = baton_domain::budget::BudgetInput {
+        name: "all".into(),
+        period: "month".into(),
+        limit_credits: LIMIT,
+        alert_thresholds_percent: None,
+        webhook_url: None,
+        hard_limit: false,
+        customer_id: None,
+        tag: None,
+    };
+    tagged("Proj:b")(&mut input);
+    let rescoped = store
+        .update_budget(&tenant, &budget.id, &input.clone().validate().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(rescoped.tag.as_deref(), Some("Proj:b"));
+    let again = lease(store, Timestamp::now()).await;
+    assert_eq!(again.len(), 1, "Proj:b's spend reached it too: {again:?}");
+    assert_eq!(again[0].threshold_percent, 100);
+
+    // The same scope again (only the name changed): nothing new to alert.
+    assert_finished(store, &again[0], 1, None).await;
+    input.name = "renamed".into();
+    store
+        .update_budget(&tenant, &budget.id, &input.validate().unwrap())
+        .await
+        .unwrap();
+    assert!(lease(store, Timestamp::now()).await.is_empty());
+    db.drop_database().await;
+}
