@@ -27,6 +27,17 @@ async fn budget(store: &Store, tenant: &TenantId) -> Budget {
 
 /// Writes a finished run costing `credits`: the alerts it reaches, as the log writer gets them.
 async fn spend(store: &Store, tenant: &TenantId, id: &str, credits: i64) -> Vec<BudgetAlert> {
+    spend_tagged(store, tenant, id, credits, &[]).await
+}
+
+/// [`spend`] by a run carrying `tags`.
+async fn spend_tagged(
+    store: &Store,
+    tenant: &TenantId,
+    id: &str,
+    credits: i64,
+    tags: &[&str],
+) -> Vec<BudgetAlert> {
     let mut record = RunRecord::pending(
         id.to_string(),
         tenant.clone(),
@@ -35,6 +46,7 @@ async fn spend(store: &Store, tenant: &TenantId, id: &str, credits: i64) -> Vec<
     );
     record.status = RunStatus::Succeeded;
     record.cost_credits = credits;
+    record.tags = tags.iter().map(|tag| tag.to_string()).collect();
     record.completed_at = Some(Timestamp::now());
     store.write_runs(&[record], &[]).await.unwrap()
 }
@@ -238,17 +250,7 @@ async fn a_rescoped_budget_alerts_the_thresholds_its_new_scope_has_reached() {
     };
     let budget = monthly_budget(store, &tenant, LIMIT, tagged("Proj:a")).await;
     for (id, tag) in [("run-a", "Proj:a"), ("run-b", "Proj:b")] {
-        let mut record = RunRecord::pending(
-            id.to_string(),
-            tenant.clone(),
-            RunKind::Chat,
-            "openai/gpt-4o-mini".into(),
-        );
-        record.status = RunStatus::Succeeded;
-        record.cost_credits = LIMIT;
-        record.tags = vec![tag.to_string()];
-        record.completed_at = Some(Timestamp::now());
-        store.write_runs(&[record], &[]).await.unwrap();
+        spend_tagged(store, &tenant, id, LIMIT, &[tag]).await;
     }
     let first = lease(store, Timestamp::now()).await;
     assert_eq!(first.len(), 1, "Proj:a reached its limit: {first:?}");
