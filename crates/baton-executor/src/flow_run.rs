@@ -34,7 +34,7 @@ use crate::events::{
 use crate::gateway::{
     Failure, RequestTimeouts, answer, check_model, check_rate_limit, opening, plan_chain, refused,
 };
-use crate::runlog::{Pricing, RunLog, finish_run};
+use crate::runlog::{Pricing, RunLog, finish_answered_call};
 use crate::stream::{EventStream, envelopes};
 use crate::tool_loop::DEFAULT_MAX_TOOL_ITERATIONS;
 use crate::toolrun::{self, AgentScope, Callback, SharedEvents, ToolRunInput};
@@ -609,17 +609,8 @@ impl Engine {
             response.model.as_str()
         };
         let cost = pricing.cost_of_answer(provider, served, model, &response);
-        // The log's part after the reply (`finish_run`), with its own copy of the answer: the
-        // outcome takes the original.
-        let promise = log.after_reply();
-        let logged = response.clone();
-        let (logged_provider, logged_model) = (provider.to_string(), model.to_string());
-        finish_run(promise, async move {
-            record_call_outcome(&mut events, &call, Ok((&logged, cost.billed)));
-            log.attach_events(events.take_stored());
-            log.succeed(&logged_provider, &logged_model, &logged).await;
-        })
-        .await;
+        // The log keeps its own copy of the answer: the outcome takes the original.
+        finish_answered_call(log, events, call, response.clone(), cost.billed).await;
         let answered = Answered {
             requested: plan.chain.requested,
             served: answer.model,

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use baton_domain::chat::{InferenceResponse, Usage};
+use baton_domain::credits::Credits;
 use baton_domain::run::{Attempt, RawJson, RunKind, RunRecord, RunStatus, RunWarning, StoredEvent};
 use baton_domain::settings::TenantSettings;
 use baton_domain::{TenantId, Timestamp};
@@ -13,6 +14,7 @@ use baton_providers::Catalogue;
 use serde_json::Value;
 
 use crate::error::ExecutorError;
+use crate::events::{CallInfo, EventLog, record_call_outcome};
 use crate::storage::{RunItem, RunPromise, RunSink};
 
 async fn write(writer: &dyn RunSink, record: Box<RunRecord>, events: Vec<StoredEvent>) {
@@ -548,7 +550,7 @@ impl RunLog {
 
     /// A promise to queue this run after the reply, when it may be ([`RunSink::promise_run`]:
     /// the invocation log is on and the writer keeps up); [`finish_run`] keeps it.
-    pub fn after_reply(&self) -> Option<RunPromise> {
+    fn after_reply(&self) -> Option<RunPromise> {
         self.writer.promise_run()
     }
 
@@ -563,12 +565,33 @@ impl RunLog {
     }
 }
 
-/// Runs `finish`, a run's last log work (its completion events serialised, the run settled
-/// and queued), off the client's wait when `promise` allows: spawned on the current runtime,
-/// which on a serving thread (single-threaded) runs it once the connection's task next waits,
-/// after hyper has written the reply. The promise is held until the run is queued, so a read
-/// of the run by id waits for it. Without a promise `finish` runs now, before the reply.
-pub async fn finish_run<F>(promise: Option<RunPromise>, finish: F)
+/// The end of a synchronous one-call request that answered (a chat completion, an inference
+/// call, a flow run without tools): its completion events recorded, the run settled and
+/// queued, off the client's wait while the writer keeps up ([`finish_run`]). `call` has been
+/// told the model that served ([`CallInfo::served_by`]); `billed` is the answer's price.
+pub async fn finish_answered_call(
+    mut log: RunLog,
+    mut events: EventLog,
+    call: CallInfo,
+    response: InferenceResponse,
+    billed: Credits,
+) {
+    let promise = log.after_reply();
+    finish_run(promise, async move {
+        record_call_outcome(&mut events, &call, Ok((&response, billed)));
+        log.attach_events(events.take_stored());
+        log.succeed(&call.provider_key, &call.model, &response)
+            .await;
+    })
+    .await;
+}
+
+/// Runs `finish`, a run's last log work, off the client's wait when `promise` allows: spawned
+/// on the current runtime, which on a serving thread (single-threaded) runs it once the
+/// connection's task next waits, after hyper has written the reply. The promise is held until
+/// the run is queued, so a read of the run by id waits for it. Without a promise `finish` runs
+/// now, before the reply.
+async fn finish_run<F>(promise: Option<RunPromise>, finish: F)
 where
     F: Future<Output = ()> + Send + 'static,
 {

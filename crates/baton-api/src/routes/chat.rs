@@ -30,7 +30,7 @@ use crate::events::{
 use crate::extract::Json;
 use crate::gateway::{answer, open_stream, opening, plan_call};
 use crate::routes::chat_events::{self, EventOptions, EventStream, event_stream};
-use crate::runlog::{Pricing, RunLog, finish_run};
+use crate::runlog::{Pricing, RunLog, finish_answered_call};
 use crate::sse::{self, SseWriter};
 use crate::state::AppState;
 use crate::streams::holding;
@@ -249,16 +249,9 @@ async fn serve_chat(
         let mut reply =
             axum::Json(completion(&request_id.0, created, served, &response)).into_response();
         mark_fallback(&mut reply, answer.fallback_used);
-        // The log's part is not the client's wait (`finish_run`). The run's budget holds stay
-        // until the writer commits it, so a later request still sees this one's spend.
-        let promise = log.after_reply();
-        finish_run(promise, async move {
-            record_call_outcome(&mut events, &call, Ok((&response, credits)));
-            log.attach_events(events.take_stored());
-            log.succeed(&call.provider_key, &call.model, &response)
-                .await;
-        })
-        .await;
+        // The log's part is not the client's wait. The run's budget holds stay until the
+        // writer commits it, so a later request still sees this one's spend.
+        finish_answered_call(log, events, call, response, credits).await;
         return Ok(reply);
     }
 

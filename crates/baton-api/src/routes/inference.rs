@@ -21,7 +21,7 @@ use crate::events::{CallInfo, record_call_outcome, record_call_started};
 use crate::extract::Json;
 use crate::gateway::{RequestTimeouts, answer, plan_call};
 use crate::routes::chat::{callback_origin, capture_level, customer_of, header_tags};
-use crate::runlog::{Pricing, RunLog, finish_run};
+use crate::runlog::{Pricing, RunLog, finish_answered_call};
 use crate::state::AppState;
 use baton_executor::budgets::estimate_credits;
 use tracing::Instrument;
@@ -306,17 +306,9 @@ async fn serve_inference(
         response.model.clone()
     };
     let cost = pricing.cost_of_answer(provider, &served, model, &response);
-    // The log's part after the reply (`finish_run`), with its own copy of the answer: the
-    // reply takes the original's text and tool calls.
-    let promise = log.after_reply();
-    let logged = response.clone();
-    let (logged_provider, logged_model) = (provider.clone(), model.clone());
-    finish_run(promise, async move {
-        record_call_outcome(&mut events, &call, Ok((&logged, cost.billed)));
-        log.attach_events(events.take_stored());
-        log.succeed(&logged_provider, &logged_model, &logged).await;
-    })
-    .await;
+    // The log keeps its own copy of the answer: the reply takes the original's text and tool
+    // calls.
+    finish_answered_call(log, events, call, response.clone(), cost.billed).await;
     let json = if request.response_format.is_some() {
         serde_json::from_str(&response.text).ok()
     } else {
