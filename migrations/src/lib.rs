@@ -24,6 +24,7 @@ mod m20261129_000001_budget_alert_leases;
 mod m20261129_000002_budget_alert_retries;
 mod m20261129_000003_user_sessions;
 mod m20261129_000004_run_inference_count;
+mod m20261202_000001_call_lifecycles;
 pub mod packed_pages;
 
 pub struct Migrator;
@@ -49,6 +50,7 @@ impl MigratorTrait for Migrator {
             Box::new(m20261129_000002_budget_alert_retries::Migration),
             Box::new(m20261129_000003_user_sessions::Migration),
             Box::new(m20261129_000004_run_inference_count::Migration),
+            Box::new(m20261202_000001_call_lifecycles::Migration),
         ]
     }
 }

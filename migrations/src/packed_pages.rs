@@ -18,6 +18,11 @@ pub const MAX_UNPACKED_LEN: usize = 64 * 1024 * 1024;
 /// read, so a better dictionary is a new one with its own number, never an edit of this one.
 pub const DICTIONARY_V1: &[u8] = include_bytes!("packed_pages_v1.dict");
 
+/// The header number of bytes that are not a packed page but a one-call request's lifecycle
+/// (`baton_domain::lifecycle::CallLifecycle`) as plain JSON, which only `runs.event_page`
+/// holds: the run's four events are rebuilt from it and the run's row when read.
+const LIFECYCLE: u32 = 15;
+
 const LENGTH_BITS: u32 = 28;
 const LENGTH_MASK: u32 = (1 << LENGTH_BITS) - 1;
 /// The dictionary [`pack`] uses.
@@ -44,6 +49,24 @@ pub fn pack(json: &[u8]) -> Vec<u8> {
     // The prepended size becomes the header: the length, and which dictionary.
     packed[..4].copy_from_slice(&(CURRENT_DICTIONARY << LENGTH_BITS | length).to_le_bytes());
     packed
+}
+
+/// A one-call request's lifecycle JSON as `runs.event_page` keeps it: behind the header that
+/// says so ([`LIFECYCLE`]), not compressed (~0.5 KB, nothing a page's envelopes repeat).
+pub fn wrap_lifecycle(mut json: Vec<u8>) -> Vec<u8> {
+    let length = u32::try_from(json.len())
+        .ok()
+        .filter(|length| *length <= LENGTH_MASK)
+        .unwrap_or(LENGTH_MASK);
+    let header = (LIFECYCLE << LENGTH_BITS | length).to_le_bytes();
+    json.splice(0..0, header);
+    json
+}
+
+/// The lifecycle JSON in `bytes` when they hold one ([`wrap_lifecycle`]) rather than a page.
+pub fn lifecycle(bytes: &[u8]) -> Option<&[u8]> {
+    let (header, json) = bytes.split_first_chunk::<4>()?;
+    (u32::from_le_bytes(*header) >> LENGTH_BITS == LIFECYCLE).then_some(json)
 }
 
 /// The JSON of a packed page; the reason when the bytes are not a packed page.
@@ -87,6 +110,16 @@ mod tests {
         truncated.truncate(packed.len() - 5);
         assert!(unpack(&truncated).is_err(), "a cut block");
         assert!(unpack(b"\x10\0\0\0not lz4 at all").is_err());
+    }
+
+    #[test]
+    fn a_lifecycle_is_told_from_a_page() {
+        let json = br#"{"stamps":[]}"#;
+        let wrapped = wrap_lifecycle(json.to_vec());
+        assert_eq!(lifecycle(&wrapped), Some(&json[..]));
+        assert!(unpack(&wrapped).is_err(), "not a page");
+        assert_eq!(lifecycle(&pack(PAGE)), None, "a page is no lifecycle");
+        assert_eq!(lifecycle(b"\0\0"), None);
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod flow;
 #[doc(hidden)]
 pub mod fuzz;
 pub mod ids;
+pub mod lifecycle;
 pub mod logs;
 pub mod model;
 pub mod origin;

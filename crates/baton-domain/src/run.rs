@@ -165,6 +165,10 @@ pub struct RunRecord {
     /// with its row, so that the abandoned-run sweep can release them if it never is).
     #[serde(skip)]
     pub budget_holds: Vec<crate::budget::BudgetHold>,
+    /// An answered one-call request's lifecycle events, kept in this compact form instead of
+    /// as stored events (the store keeps it with the row and rebuilds the events when read).
+    #[serde(skip)]
+    pub lifecycle: Option<Box<crate::lifecycle::CallLifecycle>>,
 }
 
 impl RunRecord {
@@ -217,6 +221,7 @@ impl RunRecord {
             created_at: Timestamp::now(),
             completed_at: None,
             budget_holds: Vec::new(),
+            lifecycle: None,
         }
     }
 }

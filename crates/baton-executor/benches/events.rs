@@ -1,14 +1,16 @@
 //! Event envelopes on the streaming path: building one (`EventLog::emit_in`: id, timestamp,
 //! envelope, the stored copy) and serialising it as the events stream sends it (the SSE framing
-//! itself is axum's, in baton-api), plus the client's event-type filter.
+//! itself is axum's, in baton-api), a one-call request's stored lifecycle, recorded or kept
+//! compactly, plus the client's event-type filter.
 //! `cargo xtask bench` (or `cargo bench -p baton-executor`); figures in docs/performance.md.
 
 use std::hint::black_box;
 
 use baton_domain::chat::{FinishReason, InferenceResponse, Usage};
 use baton_domain::credits::Credits;
+use baton_domain::lifecycle::LoggedAnswer;
 use baton_executor::EventFilter;
-use baton_executor::events::{CallInfo, EventLog};
+use baton_executor::events::{CallInfo, EventLog, record_call_outcome, record_call_started};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
@@ -101,6 +103,72 @@ fn emit(c: &mut Criterion) {
     });
 }
 
+/// A one-call request's stored lifecycle: its four events recorded as envelopes (what a
+/// stream's failure still does), against the compact lifecycle an answered request keeps
+/// (serialised as the store writes it), and that lifecycle rebuilt into the four (a read of
+/// `/llm-logs/{id}/events`).
+fn lifecycle(c: &mut Criterion) {
+    let call = CallInfo {
+        flow_name: None,
+        warnings: Vec::new(),
+        provider_key: "openai".into(),
+        model: "gpt-4o-mini".into(),
+        requested_model: "gpt-4o-mini".into(),
+        message_count: 1,
+        tool_count: 0,
+        inference_id: "0193b2c4-7e1a-7000-8000-00000000002b".into(),
+        was_cached: false,
+        was_fallback: false,
+        earlier_call: None,
+    };
+    let response = InferenceResponse {
+        model: "gpt-4o-mini".into(),
+        text: "Hello! How can I help you today?".into(),
+        finish_reason: FinishReason::Stop,
+        usage: Usage {
+            tokens_in: 12,
+            tokens_out: 9,
+            ..Usage::default()
+        },
+        ..InferenceResponse::default()
+    };
+    let started = || {
+        let mut log = EventLog::new(REQUEST_ID.to_string());
+        record_call_started(&mut log, &call);
+        log
+    };
+    c.bench_function("one_call_lifecycle_recorded", |b| {
+        b.iter_batched(
+            started,
+            |mut log| {
+                record_call_outcome(&mut log, &call, Ok((&response, Credits(7))));
+                log.take_stored()
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    c.bench_function("one_call_lifecycle_kept", |b| {
+        b.iter_batched(
+            started,
+            |mut log| {
+                let kept = log.answered_call_lifecycle(&call, &response, Credits(7), true);
+                serde_json::to_vec(&kept)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    let kept = started()
+        .answered_call_lifecycle(&call, &response, Credits(7), true)
+        .expect("only the start was recorded");
+    let answer = LoggedAnswer {
+        text: response.text.clone(),
+        ..LoggedAnswer::default()
+    };
+    c.bench_function("one_call_lifecycle_rebuilt", |b| {
+        b.iter(|| black_box(&kept).events(REQUEST_ID, Some(&answer)))
+    });
+}
+
 fn filter(c: &mut Criterion) {
     let filter = EventFilter::new(&[
         "tool*".to_string(),
@@ -128,5 +196,5 @@ fn filter(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, emit, filter);
+criterion_group!(benches, emit, lifecycle, filter);
 criterion_main!(benches);

@@ -4,8 +4,15 @@
 use std::time::{Duration, Instant};
 
 use baton_domain::Timestamp;
-use baton_domain::chat::{InferenceResponse, ToolCall, Usage};
+use baton_domain::chat::{InferenceResponse, Usage};
 use baton_domain::credits::Credits;
+use baton_domain::lifecycle::{
+    CallLifecycle, CallTarget, CallTokens, EventEnvelope, EventStamp, RequestTotals,
+};
+pub use baton_domain::lifecycle::{
+    InferenceCompleted, InferenceStarted, InferenceUsage, RequestCompleted, RequestStarted,
+    TextResult,
+};
 use baton_domain::run::{RawJson, RunWarning, StoredEvent};
 use baton_providers::routing::{Chain, ChainModel};
 use serde::Serialize;
@@ -411,7 +418,7 @@ impl EventLog {
         agent_path: &[String],
         depth: u32,
     ) {
-        let payload = RawJson::of(&StoredEnvelope {
+        let payload = RawJson::of(&EventEnvelope {
             id: &stamp.id,
             timestamp: stamp.timestamp,
             request_id: &self.request_id,
@@ -509,20 +516,81 @@ impl EventLog {
         self.settle_pending_start();
         std::mem::take(&mut self.stored)
     }
-}
 
-/// The envelope [`EventLog::envelope`] builds, as borrowed parts (SPEC.md "Events" field order).
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct StoredEnvelope<'a, D> {
-    id: &'a str,
-    timestamp: Timestamp,
-    request_id: &'a str,
-    #[serde(rename = "type")]
-    event_type: &'a str,
-    agent_path: &'a [String],
-    depth: u32,
-    data: &'a D,
+    /// An answered one-call request's lifecycle in the form the log keeps of it (its completion
+    /// stamped now), when its start is all that has been recorded: its four events are then
+    /// rebuilt when read instead of serialised now. `None` when events are not stored, or when
+    /// others were recorded (they are recorded the usual way, [`record_call_outcome`] or
+    /// [`record_call_end`]).
+    /// `finished`: whether the provider sent its finish (a stream may end without one).
+    pub fn answered_call_lifecycle(
+        &mut self,
+        call: &CallInfo,
+        response: &InferenceResponse,
+        credits: Credits,
+        finished: bool,
+    ) -> Option<CallLifecycle> {
+        let pending = self.pending_start.as_ref()?;
+        if !self.storing
+            || !self.stored.is_empty()
+            || pending.call.inference_id != call.inference_id
+        {
+            return None;
+        }
+        let PendingStart {
+            call: at_start,
+            request,
+            inference,
+        } = *self.pending_start.take()?;
+        let completed = self.stamp();
+        self.seq += 1;
+        let done = self.stamp();
+        self.seq += 1;
+        let duration_ms = self.elapsed_ms();
+        let totals = request_completed(call, response, credits, duration_ms);
+        let totals = RequestTotals {
+            credits: totals.total_credits_used,
+            tokens_in: totals.total_tokens_in,
+            tokens_out: totals.total_tokens_out,
+            inference_count: totals.total_inference_count,
+            max_depth: totals.max_depth_reached,
+        };
+        let stamp = |stamp: Stamp| EventStamp::new(stamp.id, stamp.seq, stamp.timestamp);
+        Some(CallLifecycle {
+            stamps: [
+                stamp(request),
+                stamp(inference),
+                stamp(completed),
+                stamp(done),
+            ],
+            flow_name: at_start.flow_name,
+            warnings: at_start.warnings,
+            requested_model: at_start.requested_model,
+            inference_id: at_start.inference_id,
+            started: CallTarget {
+                provider: at_start.provider_key,
+                model: at_start.model,
+            },
+            served: CallTarget {
+                provider: call.provider_key.clone(),
+                model: call.model.clone(),
+            },
+            message_count: at_start.message_count,
+            tool_count: at_start.tool_count,
+            duration_ms,
+            tokens: CallTokens {
+                tokens_in: response.usage.tokens_in,
+                tokens_out: response.usage.tokens_out,
+                reasoning_tokens: response.usage.reasoning_tokens,
+            },
+            credits: credits.0,
+            finish_reason: finished.then(|| response.finish_reason.as_openai().to_string()),
+            tool_call_count: response.tool_calls.len(),
+            was_cached: call.was_cached,
+            was_fallback: call.was_fallback,
+            totals,
+        })
+    }
 }
 
 /// The one model call of a chat, inference or flow request, as its events describe it.
@@ -634,96 +702,6 @@ impl CallInfo {
     }
 }
 
-// The data of a one-call request's lifecycle events (SPEC.md "Events"), as structs: serialised
-// straight into the stored envelope, with no `Value` tree built and dropped per event.
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RequestStarted<'a> {
-    flow_name: Option<&'a str>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    warnings: &'a [RunWarning],
-    context_id: Option<&'a str>,
-    model: &'a str,
-    has_tools: bool,
-    tool_count: usize,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InferenceStarted<'a> {
-    inference_request_id: &'a str,
-    model: &'a str,
-    provider: &'a str,
-    message_count: usize,
-    has_tools: bool,
-    tool_count: usize,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InferenceCompleted<'a> {
-    inference_request_id: &'a str,
-    model: &'a str,
-    provider: &'a str,
-    duration_ms: u64,
-    usage: InferenceUsage,
-    /// Null when the answer never finished (its stream was cut).
-    finish_reason: Option<&'a str>,
-    tool_call_count: usize,
-    was_cached: bool,
-    was_fallback: bool,
-}
-
-impl InferenceCompleted<'_> {
-    /// The same call, its answer unfinished (`finished` false: its stream was cut before the
-    /// provider's finish): no finish reason is invented for it.
-    pub fn finished(mut self, finished: bool) -> Self {
-        if !finished {
-            self.finish_reason = None;
-        }
-        self
-    }
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InferenceUsage {
-    tokens_in: u64,
-    tokens_out: u64,
-    reasoning_tokens: u64,
-    cost_credits: i64,
-    cost_usd: f64,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RequestCompleted<'a> {
-    duration_ms: u64,
-    total_credits_used: i64,
-    total_cost_usd: f64,
-    total_tokens_in: u64,
-    total_tokens_out: u64,
-    total_inference_count: u32,
-    total_tool_calls: usize,
-    total_agent_spawns: u32,
-    max_depth_reached: u32,
-    result: TextResult<'a>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct TextResult<'a> {
-    text_response: &'a str,
-    /// The calls the model asked for, when the caller offered its own tools (a chat request's
-    /// `tools`): what it needs to go on with the conversation.
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    tool_calls: &'a [ToolCall],
-    /// Why the model declined to answer (OpenAI's `refusal`), when it did.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    refusal: Option<&'a str>,
-}
-
 /// `requestCompleted` of a request made of one model call (and `call.earlier_call`'s).
 pub fn request_completed<'a>(
     call: &CallInfo,
@@ -749,11 +727,11 @@ pub fn request_completed<'a>(
         total_tool_calls: response.tool_calls.len(),
         total_agent_spawns: 0,
         max_depth_reached: u32::from(call.earlier_call.is_some()),
-        result: TextResult {
+        result: Some(TextResult {
             text_response: &response.text,
             tool_calls: &response.tool_calls,
             refusal: response.refusal.as_deref(),
-        },
+        }),
     }
 }
 
@@ -839,6 +817,8 @@ pub fn emit_failure(events: &mut EventLog, code: &str, message: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use baton_domain::chat::ToolCall;
+    use baton_domain::lifecycle::LoggedAnswer;
 
     #[test]
     fn malformed_event_type_patterns_are_refused_naming_the_item() {
@@ -1017,6 +997,134 @@ mod tests {
             "the start keeps the time it happened"
         );
         assert_eq!(stored[0].payload.to_value()["data"]["model"], "alias");
+    }
+
+    /// An answered call's lifecycle, kept compactly and rebuilt when read, gives the events
+    /// recording them would have stored: same types, order, sequence numbers and data (ids,
+    /// times and durations are each path's own).
+    #[test]
+    fn a_kept_lifecycle_rebuilds_the_events_recording_would_store() {
+        let mut call = CallInfo {
+            flow_name: Some("support".into()),
+            warnings: vec![RunWarning {
+                code: "UNRESOLVED_PARAMETER".into(),
+                message: "no value for 'name'".into(),
+                parameter: Some("name".into()),
+            }],
+            provider_key: "openai".into(),
+            model: "primary".into(),
+            requested_model: "alias".into(),
+            message_count: 3,
+            tool_count: 1,
+            inference_id: "inf-1".into(),
+            was_cached: false,
+            was_fallback: false,
+            earlier_call: Some(EarlierCall {
+                credits: 40,
+                usage: Usage {
+                    tokens_in: 4,
+                    tokens_out: 1,
+                    ..Usage::default()
+                },
+            }),
+        };
+        let fallback = ChainModel {
+            provider: "anthropic".into(),
+            model: "fallback".into(),
+        };
+        let response = InferenceResponse {
+            text: "the answer \"quoted\"".into(),
+            tool_calls: vec![ToolCall {
+                id: "c1".into(),
+                name: "lookup".into(),
+                arguments: r#"{"q":"x"}"#.into(),
+            }],
+            refusal: Some("partly".into()),
+            usage: Usage {
+                tokens_in: 12,
+                tokens_out: 7,
+                reasoning_tokens: 2,
+                ..Usage::default()
+            },
+            ..InferenceResponse::default()
+        };
+        let without_stamps = |events: Vec<StoredEvent>| -> Vec<(u32, String, Value)> {
+            events
+                .into_iter()
+                .map(|event| {
+                    let mut envelope = event.payload.to_value();
+                    envelope["id"] = Value::Null;
+                    envelope["timestamp"] = Value::Null;
+                    if let Some(data) = envelope["data"].as_object_mut()
+                        && data.contains_key("durationMs")
+                    {
+                        data.insert("durationMs".into(), Value::Null);
+                    }
+                    (event.seq, event.event_type, envelope)
+                })
+                .collect()
+        };
+
+        let mut recorded = EventLog::new("r1".into());
+        let mut kept = EventLog::new("r1".into());
+        record_call_started(&mut recorded, &call);
+        record_call_started(&mut kept, &call);
+        call.served_by(&fallback, true, false);
+        record_call_outcome(&mut recorded, &call, Ok((&response, Credits(900))));
+        let lifecycle = kept
+            .answered_call_lifecycle(&call, &response, Credits(900), true)
+            .expect("only the start was recorded");
+        assert!(kept.take_stored().is_empty(), "nothing else is stored");
+        let logged = crate::runlog::logged_response(&response, Some("stop"));
+        let answer = LoggedAnswer::read(&logged).unwrap();
+        let rebuilt = lifecycle.events("r1", Some(&answer));
+        for event in &rebuilt {
+            let envelope = event.payload.to_value();
+            assert_eq!(
+                envelope["id"],
+                json!(event.id),
+                "the envelope's id is the event's"
+            );
+            assert_eq!(envelope["timestamp"], json!(event.created_at));
+        }
+        assert_eq!(
+            without_stamps(rebuilt),
+            without_stamps(recorded.take_stored())
+        );
+    }
+
+    /// Once another event is stored the lifecycle is not kept: the events are recorded.
+    #[test]
+    fn no_lifecycle_is_kept_once_other_events_were_stored() {
+        let call = CallInfo {
+            flow_name: None,
+            warnings: Vec::new(),
+            provider_key: "openai".into(),
+            model: "m".into(),
+            requested_model: "m".into(),
+            message_count: 1,
+            tool_count: 0,
+            inference_id: "inf-1".into(),
+            was_cached: false,
+            was_fallback: false,
+            earlier_call: None,
+        };
+        let mut log = EventLog::new("r1".into());
+        record_call_started(&mut log, &call);
+        log.record("toolStarted", json!({}));
+        let response = InferenceResponse::default();
+        assert!(
+            log.answered_call_lifecycle(&call, &response, Credits(1), true)
+                .is_none()
+        );
+        record_call_outcome(&mut log, &call, Ok((&response, Credits(1))));
+        assert_eq!(log.take_stored().len(), 5);
+        let mut off = EventLog::new("r2".into()).storing(false);
+        record_call_started(&mut off, &call);
+        assert!(
+            off.answered_call_lifecycle(&call, &response, Credits(1), true)
+                .is_none()
+        );
     }
 
     /// With nothing to keep them (the invocation log off) events are counted and streamed

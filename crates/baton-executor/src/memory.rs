@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use baton_domain::flow::{Activation, ExecutionMode, Flow, Template, Version, VersionStatus};
+use baton_domain::lifecycle::LoggedAnswer;
 use baton_domain::routing::RoutingRule;
 use baton_domain::run::{RunRecord, StoredEvent};
 use baton_domain::settings::TenantSettings;
@@ -247,6 +248,17 @@ impl RunSink for MemoryStore {
                 let k = key(&tenant, &record.id);
                 if !data.runs.contains_key(&k) {
                     data.run_order.push(k.clone());
+                }
+                // A one-call request's lifecycle stands for its events, as the database
+                // rebuilds them when read.
+                let mut record = record;
+                if let Some(lifecycle) = record.lifecycle.take() {
+                    let answer = record
+                        .response
+                        .as_ref()
+                        .and_then(|response| LoggedAnswer::read(response).ok());
+                    let events = lifecycle.events(&record.id, answer.as_ref());
+                    data.events.entry(k.clone()).or_default().extend(events);
                 }
                 // A later write of the same run replaces the pending one.
                 data.runs.insert(k, *record);

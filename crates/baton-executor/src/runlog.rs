@@ -6,6 +6,7 @@ use std::time::Instant;
 
 use baton_domain::chat::{InferenceResponse, Usage};
 use baton_domain::credits::Credits;
+use baton_domain::lifecycle::CallLifecycle;
 use baton_domain::run::{Attempt, RawJson, RunKind, RunRecord, RunStatus, RunWarning, StoredEvent};
 use baton_domain::settings::TenantSettings;
 use baton_domain::{TenantId, Timestamp};
@@ -127,21 +128,11 @@ fn estimated_output_tokens(partial: &InferenceResponse) -> u64 {
     )
 }
 
-/// A run's response as the log keeps it.
-#[derive(serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-struct LoggedResponse<'a> {
-    text: &'a str,
-    tool_calls: &'a [baton_domain::chat::ToolCall],
-    citations: &'a [baton_domain::chat::Citation],
-    /// Null when the answer never finished (a stream cut short).
-    finish_reason: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    refusal: Option<&'a str>,
-}
-
-fn logged_response(response: &InferenceResponse, finish_reason: Option<&str>) -> RawJson {
-    RawJson::of(&LoggedResponse {
+pub(crate) fn logged_response(
+    response: &InferenceResponse,
+    finish_reason: Option<&str>,
+) -> RawJson {
+    RawJson::of(&baton_domain::lifecycle::LoggedResponse {
         text: &response.text,
         tool_calls: &response.tool_calls,
         citations: &response.citations,
@@ -524,6 +515,13 @@ impl RunLog {
             .map(|record| record.warnings.as_slice())
     }
 
+    /// An answered one-call request's lifecycle, kept with the run in place of its events.
+    pub fn keep_lifecycle(&mut self, lifecycle: CallLifecycle) {
+        if let Some(record) = self.record.as_mut() {
+            record.lifecycle = Some(Box::new(lifecycle));
+        }
+    }
+
     pub fn attach_events(&mut self, events: Vec<StoredEvent>) {
         self.events.extend(events);
     }
@@ -566,8 +564,8 @@ impl RunLog {
 }
 
 /// The end of a synchronous one-call request that answered (a chat completion, an inference
-/// call, a flow run without tools): its completion events recorded, the run settled and
-/// queued, off the client's wait while the writer keeps up ([`finish_run`]). `call` has been
+/// call, a flow run without tools): its lifecycle kept with the run (or, when other events were
+/// recorded, its completion events recorded), the run settled and queued, off the client's wait while the writer keeps up ([`finish_run`]). `call` has been
 /// told the model that served ([`CallInfo::served_by`]); `billed` is the answer's price.
 pub async fn finish_answered_call(
     mut log: RunLog,
@@ -578,8 +576,13 @@ pub async fn finish_answered_call(
 ) {
     let promise = log.after_reply();
     finish_run(promise, async move {
-        record_call_outcome(&mut events, &call, Ok((&response, billed)));
-        log.attach_events(events.take_stored());
+        match events.answered_call_lifecycle(&call, &response, billed, true) {
+            Some(lifecycle) => log.keep_lifecycle(lifecycle),
+            None => {
+                record_call_outcome(&mut events, &call, Ok((&response, billed)));
+                log.attach_events(events.take_stored());
+            }
+        }
         log.succeed(&call.provider_key, &call.model, &response)
             .await;
     })

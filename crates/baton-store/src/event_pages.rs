@@ -11,10 +11,14 @@
 //! The page written together with its run's finished row, from the run's first event (a
 //! one-call request's only page), rides in that row instead (`runs.event_page`; docs/
 //! performance.md "One row a run"): one heap tuple and one B-tree entry fewer per request.
+//! An answered one-call request keeps no page at all: its row holds its lifecycle
+//! (`baton_domain::lifecycle::CallLifecycle`), from which its four events are rebuilt when read
+//! (docs/performance.md "Lifecycles rebuilt when read").
 
 use std::sync::LazyLock;
 
 use baton_domain::TenantId;
+use baton_domain::lifecycle::{CallLifecycle, LoggedAnswer};
 use baton_domain::retention::strip_event_text;
 use baton_domain::run::{RawJson, StoredEvent};
 use baton_migrations::packed_pages;
@@ -156,26 +160,70 @@ fn read_page(
     }
 }
 
-/// The pages the rows of the tenant's runs `run_ids` carry, by run id (`runs.event_page`:
-/// the page written with a run's finished row, from its first event; most runs have one).
-async fn page_in_run_row<C: ConnectionTrait>(
+/// What the rows of the tenant's runs `run_ids` carry of their events, by run id
+/// (`runs.event_page`: the page written with a run's finished row, from its first event, or an
+/// answered one-call request's lifecycle; most runs have one), with each run's logged response.
+async fn in_run_rows<C: ConnectionTrait>(
     conn: &C,
     tenant: &TenantId,
     run_ids: &[String],
-) -> StoreResult<Vec<(String, Vec<u8>)>> {
+) -> StoreResult<Vec<(String, Vec<u8>, Option<String>)>> {
     Ok(runs::Entity::find()
         .select_only()
         .column(runs::Column::Id)
         .column(runs::Column::EventPage)
+        .column(runs::Column::ResponseText)
         .filter(runs::Column::TenantId.eq(tenant.as_str()))
         .filter(runs::Column::Id.is_in(run_ids.iter().map(String::as_str)))
         .filter(runs::Column::EventPage.is_not_null())
-        .into_tuple::<(String, Option<Vec<u8>>)>()
+        .into_tuple::<(String, Option<Vec<u8>>, Option<String>)>()
         .all(conn)
         .await?
         .into_iter()
-        .filter_map(|(id, page)| Some((id, page?)))
+        .filter_map(|(id, page, response)| Some((id, page?, response)))
         .collect())
+}
+
+/// `runs.event_page` for an answered one-call request: its lifecycle, not its four events.
+pub(crate) fn lifecycle_page(lifecycle: &CallLifecycle) -> Vec<u8> {
+    // Strings, numbers and flags: serialising cannot fail.
+    packed_pages::wrap_lifecycle(serde_json::to_vec(lifecycle).unwrap_or_default())
+}
+
+/// The four events of run `run_id` rebuilt from its lifecycle and its logged response (none:
+/// its text was dropped, and `requestCompleted.result` is null as retention leaves it).
+fn lifecycle_events(
+    json: &[u8],
+    response: Option<String>,
+    run_id: &str,
+) -> StoreResult<Vec<StoredEvent>> {
+    let corrupt = |error: serde_json::Error| {
+        StoreError::Corrupt("run lifecycle", format!("run {run_id}: {error}"))
+    };
+    let lifecycle: CallLifecycle = serde_json::from_slice(json).map_err(corrupt)?;
+    let answer = match response {
+        Some(text) => {
+            let response = RawJson::from_text(text).map_err(corrupt)?;
+            Some(LoggedAnswer::read(&response).map_err(corrupt)?)
+        }
+        None => None,
+    };
+    Ok(lifecycle.events(run_id, answer.as_ref()))
+}
+
+/// The events of a page as stored events of run `run_id`.
+fn page_events(listed: Vec<PagedEvent>, run_id: &str) -> Vec<StoredEvent> {
+    listed
+        .into_iter()
+        .map(|event| StoredEvent {
+            id: event.id,
+            run_id: run_id.to_string(),
+            seq: event.seq,
+            event_type: event.event_type,
+            payload: event.payload,
+            created_at: from_millis(event.at),
+        })
+        .collect()
 }
 
 impl Store {
@@ -185,7 +233,7 @@ impl Store {
         tenant: &TenantId,
         run_id: &str,
     ) -> StoreResult<Vec<StoredEvent>> {
-        let in_row = page_in_run_row(self.conn(), tenant, &[run_id.to_string()]).await?;
+        let in_row = in_run_rows(self.conn(), tenant, &[run_id.to_string()]).await?;
         let pages = run_event_pages::Entity::find()
             .filter(run_event_pages::Column::TenantId.eq(tenant.as_str()))
             .filter(run_event_pages::Column::RunId.eq(run_id))
@@ -193,30 +241,26 @@ impl Store {
             .all(self.conn())
             .await?;
         let read = in_row
-            .iter()
-            .map(|(_, packed)| read_page(Some(packed), "", run_id, 0))
+            .into_iter()
+            .map(
+                |(_, bytes, response)| match packed_pages::lifecycle(&bytes) {
+                    Some(json) => lifecycle_events(json, response, run_id),
+                    None => read_page(Some(&bytes), "", run_id, 0)
+                        .map(|listed| page_events(listed, run_id)),
+                },
+            )
             .chain(pages.iter().map(|page| {
                 read_page(page.packed.as_deref(), &page.events, run_id, page.first_seq)
+                    .map(|listed| page_events(listed, run_id))
             }));
         let mut events = Vec::new();
         for listed in read {
             // One unreadable page (Baton writes only valid JSON: corruption) must not hide
             // the run's other events: it is left out and reported.
-            let listed = match listed {
-                Ok(listed) => listed,
-                Err(error) => {
-                    tracing::warn!(%error, "leaving out an unreadable run event page");
-                    continue;
-                }
-            };
-            events.extend(listed.into_iter().map(|event| StoredEvent {
-                id: event.id,
-                run_id: run_id.to_string(),
-                seq: event.seq,
-                event_type: event.event_type,
-                payload: event.payload,
-                created_at: from_millis(event.at),
-            }));
+            match listed {
+                Ok(listed) => events.extend(listed),
+                Err(error) => tracing::warn!(%error, "leaving out an unreadable run event page"),
+            }
         }
         // Pages of one run never overlap; a stable sort keeps any that did in write order.
         events.sort_by_key(|event| event.seq);
@@ -262,7 +306,11 @@ pub(crate) async fn strip_text<C: ConnectionTrait>(
     tenant: &TenantId,
     run_ids: &[String],
 ) -> StoreResult<()> {
-    for (run_id, packed) in page_in_run_row(conn, tenant, run_ids).await? {
+    for (run_id, packed, _) in in_run_rows(conn, tenant, run_ids).await? {
+        // A lifecycle holds no text: its answer is the run's response, dropped with the rest.
+        if packed_pages::lifecycle(&packed).is_some() {
+            continue;
+        }
         let Some(packed) = stripped_page(read_page(Some(&packed), "", &run_id, 0), &run_id)? else {
             continue;
         };

@@ -224,6 +224,7 @@ fn from_model(m: runs::Model) -> RunRecord {
         created_at: from_millis(m.created_at),
         completed_at: m.completed_at.map(from_millis),
         budget_holds: Vec::new(),
+        lifecycle: None,
         id: m.id,
     }
 }
@@ -276,7 +277,7 @@ impl Store {
         finished.extend(
             records
                 .iter()
-                .filter(|r| r.status != RunStatus::Pending)
+                .filter(|r| r.status != RunStatus::Pending && r.lifecycle.is_none())
                 .filter_map(|r| Some((r.tenant.as_ref()?.as_str(), r.id.as_str()))),
         );
         let mut pages = pack_pages(events);
@@ -309,6 +310,8 @@ impl Store {
             });
             let event_page = if record.status == RunStatus::Pending {
                 None
+            } else if let Some(lifecycle) = &record.lifecycle {
+                Some(crate::event_pages::lifecycle_page(lifecycle))
             } else {
                 in_rows.remove(&(tenant.as_str(), record.id.as_str()))
             };

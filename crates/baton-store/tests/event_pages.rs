@@ -5,6 +5,9 @@
 
 #![allow(clippy::unwrap_used)]
 
+use baton_domain::lifecycle::{
+    CallLifecycle, CallTarget, CallTokens, EventStamp, LoggedAnswer, RequestTotals,
+};
 use baton_domain::run::{RawJson, RunKind, RunRecord, RunStatus, StoredEvent};
 use baton_domain::{TenantId, Timestamp};
 use baton_migrations::{Migrator, MigratorTrait, packed_pages};
@@ -476,6 +479,127 @@ async fn pages_are_stored_packed_and_pages_from_before_are_read_and_stripped() {
             "{run}"
         );
     }
+    raw.close().await.unwrap();
+    db.drop_database().await;
+}
+
+/// An answered one-call request's lifecycle, the whole of what its run keeps of its four
+/// events.
+fn answered_run(tenant: &TenantId, id: &str) -> RunRecord {
+    let mut run = run_with_status(tenant, id, RunStatus::Succeeded);
+    run.created_at = Timestamp(chrono::Utc::now() - chrono::Duration::days(10));
+    run.completed_at = Some(run.created_at);
+    run.response = Some(RawJson::of(&json!({
+        "text": "the answer", "toolCalls": [], "citations": [], "finishReason": "stop"
+    })));
+    let at = run.created_at.0.timestamp_millis();
+    let stamp = |seq: u32| EventStamp {
+        id: format!("{id}-event-{seq}"),
+        seq,
+        at: at + i64::from(seq),
+    };
+    let model = |provider: &str, model: &str| CallTarget {
+        provider: provider.into(),
+        model: model.into(),
+    };
+    run.lifecycle = Some(Box::new(CallLifecycle {
+        stamps: [stamp(0), stamp(1), stamp(2), stamp(3)],
+        flow_name: None,
+        warnings: Vec::new(),
+        requested_model: "m".into(),
+        inference_id: format!("{id}-inference"),
+        started: model("openai", "gpt-4o-mini"),
+        served: model("openai", "gpt-4o-mini"),
+        message_count: 1,
+        tool_count: 0,
+        duration_ms: 3,
+        tokens: CallTokens {
+            tokens_in: 10,
+            tokens_out: 2,
+            reasoning_tokens: 0,
+        },
+        credits: 45,
+        finish_reason: Some("stop".into()),
+        tool_call_count: 0,
+        was_cached: false,
+        was_fallback: false,
+        totals: RequestTotals {
+            credits: 45,
+            tokens_in: 10,
+            tokens_out: 2,
+            inference_count: 1,
+            max_depth: 0,
+        },
+    }));
+    run
+}
+
+#[tokio::test]
+async fn an_answered_call_keeps_its_lifecycle_in_its_row_and_reads_as_its_four_events() {
+    let db = database("lifecycle").await;
+    let store = &db.store;
+    let tenant = store.create_tenant("t").await.unwrap().id;
+    let other = store.create_tenant("other").await.unwrap().id;
+    let raw = Database::connect(db.url()).await.unwrap();
+    let run = answered_run(&tenant, "answered");
+    let expected = {
+        let lifecycle = run.lifecycle.as_deref().unwrap();
+        let answer = LoggedAnswer::read(run.response.as_ref().unwrap()).unwrap();
+        lifecycle.events("answered", Some(&answer))
+    };
+    // Written twice (a retried batch): still one row, nothing in the page table.
+    for _ in 0..2 {
+        store.write_runs(std::slice::from_ref(&run), &[]).await.unwrap();
+    }
+    assert_eq!(placement(&raw, "answered").await, (true, 0));
+    let page = stored_bytes(&raw, "runs", "event_page", "id = 'answered'").await;
+    assert!(
+        packed_pages::lifecycle(&page).is_some(),
+        "a lifecycle, not a page"
+    );
+
+    let read = store.run_events(&tenant, "answered").await.unwrap();
+    assert_eq!(summary(&read), summary(&expected));
+    assert_eq!(
+        read[3].payload.to_value()["data"]["result"]["textResponse"],
+        "the answer"
+    );
+    assert_eq!(
+        read.iter().map(|e| e.created_at).collect::<Vec<_>>(),
+        expected.iter().map(|e| e.created_at).collect::<Vec<_>>()
+    );
+    assert!(
+        store
+            .run_events(&other, "answered")
+            .await
+            .unwrap()
+            .is_empty(),
+        "another tenant's run reads as having no events"
+    );
+
+    // Down past the change: the lifecycle becomes the page of its events; up again, the same
+    // events read from it.
+    Migrator::down(&raw, Some(1)).await.unwrap();
+    let page = stored_bytes(&raw, "runs", "event_page", "id = 'answered'").await;
+    assert!(packed_pages::lifecycle(&page).is_none());
+    assert!(packed_pages::unpack(&page).is_ok(), "a packed page");
+    Migrator::up(&raw, None).await.unwrap();
+    assert_eq!(
+        summary(&store.run_events(&tenant, "answered").await.unwrap()),
+        summary(&expected)
+    );
+
+    // Retention drops the answer with the run's text: the result reads null, the rest stays.
+    store
+        .write_runs(&[answered_run(&tenant, "kept-short")], &[])
+        .await
+        .unwrap();
+    assert!(store.strip_expired_text(&tenant, 7, 10).await.unwrap() >= 1);
+    let stripped = store.run_events(&tenant, "kept-short").await.unwrap();
+    assert_eq!(stripped.len(), 4);
+    let completed = stripped[3].payload.to_value();
+    assert!(completed["data"]["result"].is_null());
+    assert_eq!(completed["data"]["totalCreditsUsed"], 45);
     raw.close().await.unwrap();
     db.drop_database().await;
 }

@@ -433,8 +433,9 @@ impl ChunkStream {
         self.close_events(log, &partial, Some((code, message)));
     }
 
-    /// Ends the stored lifecycle with `partial` (its usage as billed) and hands it to the log.
-    /// `failure`: the code and message it ended with, if it did not end well.
+    /// Ends the stored lifecycle with `partial` (its usage as billed) and hands it to the log
+    /// (an answer's as its compact lifecycle). `failure`: the code and message it ended with,
+    /// if it did not end well.
     fn close_events(
         &mut self,
         log: &mut RunLog,
@@ -451,6 +452,14 @@ impl ChunkStream {
             )
             .billed;
         let finished = self.accumulator.is_finished();
+        if failure.is_none()
+            && let Some(lifecycle) = self
+                .events
+                .answered_call_lifecycle(&self.call, partial, credits, finished)
+        {
+            log.keep_lifecycle(lifecycle);
+            return;
+        }
         record_call_end(
             &mut self.events,
             &self.call,
