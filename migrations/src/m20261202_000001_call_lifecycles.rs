@@ -8,9 +8,8 @@ use baton_domain::lifecycle::{CallLifecycle, LoggedAnswer};
 use baton_domain::run::RawJson;
 use sea_orm_migration::prelude::*;
 use sea_orm_migration::sea_orm::FromQueryResult;
-use serde::Serialize;
 
-use crate::packed_pages;
+use crate::packed_pages::{self, PagedEventRef};
 
 #[derive(DeriveMigrationName)]
 pub struct Migration;
@@ -33,17 +32,6 @@ struct RowPage {
     tenant_id: String,
     event_page: Vec<u8>,
     response_text: Option<String>,
-}
-
-/// One event of a page (`baton-store`'s page format: `at` in epoch milliseconds).
-#[derive(Serialize)]
-struct PagedEvent<'a> {
-    id: &'a str,
-    seq: u32,
-    #[serde(rename = "type")]
-    event_type: &'a str,
-    at: i64,
-    payload: &'a RawJson,
 }
 
 #[async_trait::async_trait]
@@ -105,9 +93,9 @@ fn page_of_lifecycle(row: &RowPage) -> Option<Vec<u8>> {
     let events = serde_json::from_slice::<CallLifecycle>(json)
         .map(|lifecycle| lifecycle.events(&row.id, answer.as_ref()))
         .unwrap_or_default();
-    let page: Vec<PagedEvent<'_>> = events
+    let page: Vec<PagedEventRef<'_>> = events
         .iter()
-        .map(|event| PagedEvent {
+        .map(|event| PagedEventRef {
             id: &event.id,
             seq: event.seq,
             event_type: &event.event_type,

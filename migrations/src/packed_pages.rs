@@ -10,6 +10,21 @@
 //! ~0.33 KB, and faster to pack (less output to emit), docs/performance.md "Event pages against
 //! a dictionary".
 
+use baton_domain::run::RawJson;
+use serde::Serialize;
+
+/// One event of a page's JSON, as written (borrowed: nothing copied to serialise it); `at` is
+/// epoch milliseconds. A page is a JSON array of them in `seq` order.
+#[derive(Serialize)]
+pub struct PagedEventRef<'a> {
+    pub id: &'a str,
+    pub seq: u32,
+    #[serde(rename = "type")]
+    pub event_type: &'a str,
+    pub at: i64,
+    pub payload: &'a RawJson,
+}
+
 /// Largest page an unpacked length may claim: a damaged length must not allocate gigabytes.
 pub const MAX_UNPACKED_LEN: usize = 64 * 1024 * 1024;
 

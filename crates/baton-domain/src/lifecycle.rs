@@ -37,6 +37,25 @@ pub struct RequestStarted<'a> {
     pub tool_count: usize,
 }
 
+impl<'a> RequestStarted<'a> {
+    /// A request's start; it has no context (`contextId`) and has tools when it offers any.
+    pub fn new(
+        flow_name: Option<&'a str>,
+        warnings: &'a [RunWarning],
+        model: &'a str,
+        tool_count: usize,
+    ) -> Self {
+        RequestStarted {
+            flow_name,
+            warnings,
+            context_id: None,
+            model,
+            has_tools: tool_count > 0,
+            tool_count,
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InferenceStarted<'a> {
@@ -46,6 +65,25 @@ pub struct InferenceStarted<'a> {
     pub message_count: usize,
     pub has_tools: bool,
     pub tool_count: usize,
+}
+
+impl<'a> InferenceStarted<'a> {
+    pub fn new(
+        inference_request_id: &'a str,
+        target: (&'a str, &'a str),
+        message_count: usize,
+        tool_count: usize,
+    ) -> Self {
+        let (provider, model) = target;
+        InferenceStarted {
+            inference_request_id,
+            model,
+            provider,
+            message_count,
+            has_tools: tool_count > 0,
+            tool_count,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -82,6 +120,19 @@ pub struct InferenceUsage {
     pub reasoning_tokens: u64,
     pub cost_credits: i64,
     pub cost_usd: f64,
+}
+
+impl InferenceUsage {
+    /// A call's tokens and its billed cost, in credits and in USD.
+    pub fn new(tokens: CallTokens, credits: Credits) -> Self {
+        InferenceUsage {
+            tokens_in: tokens.tokens_in,
+            tokens_out: tokens.tokens_out,
+            reasoning_tokens: tokens.reasoning_tokens,
+            cost_credits: credits.0,
+            cost_usd: credits.to_usd(),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -242,25 +293,21 @@ pub struct CallLifecycle {
 
 impl CallLifecycle {
     pub fn request_started(&self) -> RequestStarted<'_> {
-        RequestStarted {
-            flow_name: self.flow_name.as_deref(),
-            warnings: &self.warnings,
-            context_id: None,
-            model: &self.requested_model,
-            has_tools: self.tool_count > 0,
-            tool_count: self.tool_count,
-        }
+        RequestStarted::new(
+            self.flow_name.as_deref(),
+            &self.warnings,
+            &self.requested_model,
+            self.tool_count,
+        )
     }
 
     pub fn inference_started(&self) -> InferenceStarted<'_> {
-        InferenceStarted {
-            inference_request_id: &self.inference_id,
-            model: &self.started.model,
-            provider: &self.started.provider,
-            message_count: self.message_count,
-            has_tools: self.tool_count > 0,
-            tool_count: self.tool_count,
-        }
+        InferenceStarted::new(
+            &self.inference_id,
+            (&self.started.provider, &self.started.model),
+            self.message_count,
+            self.tool_count,
+        )
     }
 
     pub fn inference_completed(&self) -> InferenceCompleted<'_> {
@@ -269,13 +316,7 @@ impl CallLifecycle {
             model: &self.served.model,
             provider: &self.served.provider,
             duration_ms: self.duration_ms,
-            usage: InferenceUsage {
-                tokens_in: self.tokens.tokens_in,
-                tokens_out: self.tokens.tokens_out,
-                reasoning_tokens: self.tokens.reasoning_tokens,
-                cost_credits: self.credits,
-                cost_usd: Credits(self.credits).to_usd(),
-            },
+            usage: InferenceUsage::new(self.tokens, Credits(self.credits)),
             finish_reason: self.finish_reason.as_deref(),
             tool_call_count: self.tool_call_count,
             was_cached: self.was_cached,

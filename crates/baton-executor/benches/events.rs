@@ -4,6 +4,8 @@
 //! compactly, plus the client's event-type filter.
 //! `cargo xtask bench` (or `cargo bench -p baton-executor`); figures in docs/performance.md.
 
+#![allow(clippy::expect_used)]
+
 use std::hint::black_box;
 
 use baton_domain::chat::{FinishReason, InferenceResponse, Usage};

@@ -578,11 +578,7 @@ impl EventLog {
             message_count: at_start.message_count,
             tool_count: at_start.tool_count,
             duration_ms,
-            tokens: CallTokens {
-                tokens_in: response.usage.tokens_in,
-                tokens_out: response.usage.tokens_out,
-                reasoning_tokens: response.usage.reasoning_tokens,
-            },
+            tokens: call_tokens(&response.usage),
             credits: credits.0,
             finish_reason: finished.then(|| response.finish_reason.as_openai().to_string()),
             tool_call_count: response.tool_calls.len(),
@@ -655,25 +651,21 @@ impl CallInfo {
     }
 
     pub fn request_started(&self) -> RequestStarted<'_> {
-        RequestStarted {
-            warnings: &self.warnings,
-            flow_name: self.flow_name.as_deref(),
-            context_id: None,
-            model: &self.requested_model,
-            has_tools: self.tool_count > 0,
-            tool_count: self.tool_count,
-        }
+        RequestStarted::new(
+            self.flow_name.as_deref(),
+            &self.warnings,
+            &self.requested_model,
+            self.tool_count,
+        )
     }
 
     pub fn inference_started(&self) -> InferenceStarted<'_> {
-        InferenceStarted {
-            inference_request_id: &self.inference_id,
-            model: &self.model,
-            provider: &self.provider_key,
-            message_count: self.message_count,
-            has_tools: self.tool_count > 0,
-            tool_count: self.tool_count,
-        }
+        InferenceStarted::new(
+            &self.inference_id,
+            (&self.provider_key, &self.model),
+            self.message_count,
+            self.tool_count,
+        )
     }
 
     pub fn inference_completed(
@@ -687,18 +679,21 @@ impl CallInfo {
             model: &self.model,
             provider: &self.provider_key,
             duration_ms,
-            usage: InferenceUsage {
-                tokens_in: response.usage.tokens_in,
-                tokens_out: response.usage.tokens_out,
-                reasoning_tokens: response.usage.reasoning_tokens,
-                cost_credits: credits.0,
-                cost_usd: credits.to_usd(),
-            },
+            usage: InferenceUsage::new(call_tokens(&response.usage), credits),
             finish_reason: Some(response.finish_reason.as_openai()),
             tool_call_count: response.tool_calls.len(),
             was_cached: self.was_cached,
             was_fallback: self.was_fallback,
         }
+    }
+}
+
+/// The token counts a call's events report of its usage.
+fn call_tokens(usage: &Usage) -> CallTokens {
+    CallTokens {
+        tokens_in: usage.tokens_in,
+        tokens_out: usage.tokens_out,
+        reasoning_tokens: usage.reasoning_tokens,
     }
 }
 

@@ -21,7 +21,7 @@ use baton_domain::TenantId;
 use baton_domain::lifecycle::{CallLifecycle, LoggedAnswer};
 use baton_domain::retention::strip_event_text;
 use baton_domain::run::{RawJson, StoredEvent};
-use baton_migrations::packed_pages;
+use baton_migrations::packed_pages::{self, PagedEventRef};
 use sea_orm::sea_query::Expr;
 use sea_orm::{
     ColumnTrait, ConnectionTrait, EntityTrait, Iterable, QueryFilter, QueryOrder, QuerySelect,
@@ -37,17 +37,6 @@ use crate::{Store, StoreError, StoreResult};
 /// A retried write finds its pages stored (same run, same first event) and keeps them.
 pub(crate) static PAGE_INSERT: LazyLock<BulkInsert> =
     LazyLock::new(|| BulkInsert::of::<run_event_pages::Entity>(OnConflict::Ignore));
-
-/// One event of a page, as written (borrowed from the batch: nothing copied to serialise it).
-#[derive(Serialize)]
-struct PagedEventRef<'a> {
-    id: &'a str,
-    seq: u32,
-    #[serde(rename = "type")]
-    event_type: &'a str,
-    at: i64,
-    payload: &'a RawJson,
-}
 
 /// One event of a page, as read.
 #[derive(Serialize, Deserialize)]

@@ -549,7 +549,10 @@ async fn an_answered_call_keeps_its_lifecycle_in_its_row_and_reads_as_its_four_e
     };
     // Written twice (a retried batch): still one row, nothing in the page table.
     for _ in 0..2 {
-        store.write_runs(std::slice::from_ref(&run), &[]).await.unwrap();
+        store
+            .write_runs(std::slice::from_ref(&run), &[])
+            .await
+            .unwrap();
     }
     assert_eq!(placement(&raw, "answered").await, (true, 0));
     let page = stored_bytes(&raw, "runs", "event_page", "id = 'answered'").await;
