@@ -103,8 +103,14 @@ impl Provider for AnthropicProvider {
 
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
         let body = self.wire(request, false)?;
-        let wire: MessagesResponse =
-            http::send_json(&self.key, &request.model, self.request(&body), self.timeout).await?;
+        let wire: MessagesResponse = http::send_json(
+            &self.client,
+            &self.key,
+            &request.model,
+            self.request(&body),
+            self.timeout,
+        )
+        .await?;
         Ok(from_wire(wire, structured(request)))
     }
 
@@ -112,6 +118,7 @@ impl Provider for AnthropicProvider {
         let body = self.wire(request, true)?;
         let structured = structured(request);
         http::stream(
+            &self.client,
             &self.key,
             &request.model,
             self.request(&body),
@@ -906,7 +913,7 @@ mod tests {
             "anthropic",
             mock.root(),
             SecretString::from("sk-ant-test-0000".to_string()),
-            reqwest::Client::new(),
+            crate::http::ProviderClient::new(None).unwrap(),
             None,
         )
         .with_catalogue(catalogue);

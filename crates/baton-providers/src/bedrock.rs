@@ -173,8 +173,14 @@ impl Provider for BedrockProvider {
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
         let body = self.wire(request)?;
         let builder = self.request(&request.model, &body, false)?;
-        let wire: ConverseResponse =
-            http::send_json(&self.key, &request.model, builder, self.timeout).await?;
+        let wire: ConverseResponse = http::send_json(
+            &self.client,
+            &self.key,
+            &request.model,
+            builder,
+            self.timeout,
+        )
+        .await?;
         Ok(from_wire(wire, &request.model, structured(request)))
     }
 
@@ -183,6 +189,7 @@ impl Provider for BedrockProvider {
         let builder = self.request(&request.model, &body, true)?;
         let structured = structured(request);
         http::stream(
+            &self.client,
             &self.key,
             &request.model,
             builder,
@@ -191,7 +198,7 @@ impl Provider for BedrockProvider {
                 let provider = self.key.clone();
                 let bytes = response
                     .bytes_stream()
-                    .map(move |chunk| chunk.map_err(|e| http::transport_error(&provider, e)));
+                    .map(move |chunk| chunk.map_err(|e| http::body_error(&provider, &e)));
                 deltas(&self.key, bytes, structured, MAX_FRAME_BYTES)
             },
         )
@@ -1427,7 +1434,7 @@ mod tests {
                 secret_access_key: "secret".into(),
                 session_token: None,
             },
-            reqwest::Client::new(),
+            crate::http::ProviderClient::new(None).unwrap(),
             None,
         )
         .with_catalogue(catalogue);
@@ -2279,7 +2286,7 @@ mod tests {
                 secret_access_key: "secret".into(),
                 session_token: Some("TOKEN".into()),
             },
-            reqwest::Client::new(),
+            crate::http::ProviderClient::new(None).unwrap(),
             Some(Duration::from_secs(10)),
         );
         let req = InferenceRequest {

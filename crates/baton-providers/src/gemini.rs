@@ -110,14 +110,21 @@ impl Provider for GeminiProvider {
     async fn infer(&self, request: &InferenceRequest) -> ProviderResult<InferenceResponse> {
         let body = self.wire(request)?;
         let builder = self.request(&request.model, false, &body);
-        let wire: GenerateContentResponse =
-            http::send_json(&self.key, &request.model, builder, self.timeout).await?;
+        let wire: GenerateContentResponse = http::send_json(
+            &self.client,
+            &self.key,
+            &request.model,
+            builder,
+            self.timeout,
+        )
+        .await?;
         answer(&self.key, wire, &request.model)
     }
 
     async fn infer_stream(&self, request: &InferenceRequest) -> ProviderResult<DeltaStream> {
         let body = self.wire(request)?;
         http::stream(
+            &self.client,
             &self.key,
             &request.model,
             self.request(&request.model, true, &body),
@@ -1143,7 +1150,7 @@ mod tests {
             "google",
             "https://generativelanguage.googleapis.com/",
             SecretString::from("secret-key"),
-            reqwest::Client::new(),
+            crate::http::ProviderClient::new(None).unwrap(),
             None,
         );
         for tool in [VendorTool::CodeInterpreter, VendorTool::WebSearch20250305] {
@@ -1451,7 +1458,7 @@ mod tests {
             "google",
             base,
             SecretString::from("secret-key"),
-            reqwest::Client::new(),
+            crate::http::ProviderClient::new(None).unwrap(),
             Some(Duration::from_secs(10)),
         )
     }

@@ -97,7 +97,7 @@ impl OpenAiProvider {
                 base_url: &self.base_url,
                 azure,
                 api_key: self.api_key.as_ref(),
-                client: self.client.get(),
+                client: &self.client,
                 timeout: self.timeout,
             }
         })
@@ -131,6 +131,7 @@ impl Provider for OpenAiProvider {
         self.check(request)?;
         let body = to_wire(request, &self.flavor, false);
         let wire: ChatResponse = http::send_json(
+            &self.client,
             &self.key,
             &request.model,
             self.request(&request.model, &body),
@@ -147,6 +148,7 @@ impl Provider for OpenAiProvider {
         self.check(request)?;
         let body = to_wire(request, &self.flavor, true);
         http::stream(
+            &self.client,
             &self.key,
             &request.model,
             self.request(&request.model, &body),

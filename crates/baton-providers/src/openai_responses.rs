@@ -25,7 +25,7 @@ pub(crate) struct Endpoint<'a> {
     pub(crate) base_url: &'a str,
     pub(crate) azure: bool,
     pub(crate) api_key: Option<&'a SecretString>,
-    pub(crate) client: &'a reqwest::Client,
+    pub(crate) client: &'a crate::http::ProviderClient,
     pub(crate) timeout: Option<Duration>,
 }
 
@@ -44,7 +44,7 @@ impl Endpoint<'_> {
     }
 
     fn request(&self, body: &ResponsesRequest<'_>) -> reqwest::RequestBuilder {
-        let mut builder = self.client.post(self.url()).json(body);
+        let mut builder = self.client.get().post(self.url()).json(body);
         if let Some(key) = self.api_key {
             builder = if self.azure {
                 builder.header("api-key", key.expose_secret())
@@ -61,6 +61,7 @@ impl Endpoint<'_> {
     ) -> ProviderResult<InferenceResponse> {
         let body = to_wire(self.provider, request, false)?;
         let wire: ResponsesResponse = http::send_json(
+            self.client,
             self.provider,
             &request.model,
             self.request(&body),
@@ -76,6 +77,7 @@ impl Endpoint<'_> {
     ) -> ProviderResult<DeltaStream> {
         let body = to_wire(self.provider, request, true)?;
         http::stream(
+            self.client,
             self.provider,
             &request.model,
             self.request(&body),
@@ -978,7 +980,7 @@ mod tests {
 
     #[test]
     fn urls_and_auth_per_flavor_keep_the_key_out_of_the_url() {
-        let client = reqwest::Client::new();
+        let client = crate::http::ProviderClient::from(reqwest::Client::new());
         let key = SecretString::from("sk-secret");
         let endpoint = |azure, base_url| Endpoint {
             provider: "p",
