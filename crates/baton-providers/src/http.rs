@@ -51,6 +51,13 @@ const PROXY_VARIABLES: &[&str] = &[
     "ALL_PROXY",
 ];
 
+/// Whether the environment names a proxy (reqwest honours it; the direct pools would not).
+fn proxy_in_environment() -> bool {
+    PROXY_VARIABLES
+        .iter()
+        .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()))
+}
+
 /// hyper-util's pooled client over HTTP or TLS (HTTP/1.1, or HTTP/2 where the server offers
 /// it), sending reqwest's request bodies.
 type DirectClient =
@@ -111,14 +118,12 @@ impl ProviderClient {
     /// A pool per serving thread, each built on its first use; reqwest's pools when the
     /// environment names a proxy.
     pub fn new(connect_timeout: Option<Duration>) -> ProviderResult<ProviderClient> {
-        let via_reqwest = PROXY_VARIABLES
-            .iter()
-            .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()));
-        Self::build(connect_timeout, (!via_reqwest).then(Vec::new))
+        Self::build(connect_timeout, (!proxy_in_environment()).then(Vec::new))
     }
 
     /// [`Self::new`] with reqwest sending whatever the environment says (tests of that path).
-    pub fn via_reqwest(connect_timeout: Option<Duration>) -> ProviderResult<ProviderClient> {
+    #[cfg(test)]
+    fn via_reqwest(connect_timeout: Option<Duration>) -> ProviderResult<ProviderClient> {
         Self::build(connect_timeout, None)
     }
 
@@ -167,7 +172,8 @@ impl ProviderClient {
     }
 
     /// Whether calls skip reqwest's client.
-    pub fn is_direct(&self) -> bool {
+    #[cfg(test)]
+    fn is_direct(&self) -> bool {
         matches!(self.pool(), Pool::Direct(_))
     }
 }
@@ -335,18 +341,11 @@ impl ProviderResponse {
     /// The body's next piece, `None` at its end.
     pub async fn chunk(&mut self) -> Result<Option<Bytes>, BodyError> {
         match self {
-            ProviderResponse::Direct(response) => loop {
-                match response.body_mut().frame().await {
-                    None => return Ok(None),
-                    Some(Err(e)) => return Err(BodyError::of(&e)),
-                    Some(Ok(frame)) => {
-                        // Trailers carry no body bytes.
-                        if let Ok(data) = frame.into_data() {
-                            return Ok(Some(data));
-                        }
-                    }
-                }
-            },
+            ProviderResponse::Direct(response) => {
+                std::future::poll_fn(|cx| poll_data(response.body_mut(), cx))
+                    .await
+                    .transpose()
+            }
             ProviderResponse::Reqwest(response) => {
                 response.chunk().await.map_err(|e| BodyError::of(&e))
             }
@@ -375,20 +374,28 @@ impl Stream for BodyStream {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         match self.get_mut() {
-            BodyStream::Direct(body) => loop {
-                match std::task::ready!(hyper::body::Body::poll_frame(Pin::new(&mut *body), cx)) {
-                    None => return Poll::Ready(None),
-                    Some(Err(e)) => return Poll::Ready(Some(Err(BodyError::of(&e)))),
-                    Some(Ok(frame)) => {
-                        if let Ok(data) = frame.into_data() {
-                            return Poll::Ready(Some(Ok(data)));
-                        }
-                    }
-                }
-            },
+            BodyStream::Direct(body) => poll_data(body, cx),
             BodyStream::Reqwest(stream) => stream
                 .poll_next_unpin(cx)
                 .map(|item| item.map(|piece| piece.map_err(|e| BodyError::of(&e)))),
+        }
+    }
+}
+
+/// The next data frame of a hyper body, `None` at its end; trailers carry no body bytes.
+fn poll_data(
+    body: &mut hyper::body::Incoming,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Bytes, BodyError>>> {
+    loop {
+        match std::task::ready!(hyper::body::Body::poll_frame(Pin::new(&mut *body), cx)) {
+            None => return Poll::Ready(None),
+            Some(Err(e)) => return Poll::Ready(Some(Err(BodyError::of(&e)))),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    return Poll::Ready(Some(Ok(data)));
+                }
+            }
         }
     }
 }
@@ -1124,10 +1131,10 @@ mod tests {
 
     #[test]
     fn calls_skip_reqwest_unless_the_environment_names_a_proxy() {
-        let proxied = PROXY_VARIABLES
-            .iter()
-            .any(|name| std::env::var_os(name).is_some_and(|v| !v.is_empty()));
-        assert_eq!(ProviderClient::new(None).unwrap().is_direct(), !proxied);
+        assert_eq!(
+            ProviderClient::new(None).unwrap().is_direct(),
+            !proxy_in_environment()
+        );
         assert!(!ProviderClient::via_reqwest(None).unwrap().is_direct());
         assert!(!ProviderClient::from(reqwest::Client::new()).is_direct());
     }
